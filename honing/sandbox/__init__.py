@@ -1,0 +1,45 @@
+"""Isolated, fast execution of untrusted Python: `SandboxPool`, `ExecRequest`, `ExecResult`.
+
+Threat model
+------------
+Covered — a program run here, however hostile, cannot:
+  * reach the network: its network namespace has only loopback, and the host's loopback is not it;
+  * see or change the host's files: it sees the system's libraries and the interpreter read-only,
+    its own workspace and a private /tmp; home directories, /root, the project, run directories
+    and other executions' workspaces are not mounted;
+  * see or signal host processes: its pid namespace holds only its cell, and the cell's pid 1 (the
+    zygote) ignores every signal a job can send it;
+  * learn the host's environment variables: the environment is a fixed allow-list;
+  * outlive its execution: when it ends, times out or hits a limit, every process of the cell but
+    the zygote is SIGKILLed — children and daemonised grandchildren included;
+  * exhaust the host: wall time, CPU time, memory (a cgroup, else RLIMIT_AS — see
+    `ExecResult.memory_enforcement`), processes, output bytes, file size and /tmp size are limited;
+  * gain privileges: all capabilities are dropped, no_new_privs is set, and it cannot create user
+    namespaces.
+
+Not covered:
+  * kernel exploits: the boundary is the Linux kernel's namespaces, not a VM (use gVisor or a VM
+    for adversaries with kernel 0-days);
+  * CPU-cache side channels and timing between cells; /proc of the cell shows the cell's own
+    processes (the zygote's command line included, which holds no secret);
+  * disk space of the workspace beyond the per-file size limit;
+  * `isolation: none`, which exists for development only and isolates nothing.
+
+Speed: each cell is one long-lived bubblewrap sandbox whose pid 1 is a warm interpreter (the
+zygote) that forks one child per job, so a run costs a fork, not a process or sandbox start.
+"""
+
+from honing.config import SandboxConfig
+from honing.sandbox.pool import SandboxPool, Workspace
+from honing.sandbox.runtime import RuntimeStore
+from honing.types import ExecRequest, ExecResult, ExecStatus
+
+__all__ = [
+    "ExecRequest",
+    "ExecResult",
+    "ExecStatus",
+    "RuntimeStore",
+    "SandboxConfig",
+    "SandboxPool",
+    "Workspace",
+]

@@ -1,0 +1,167 @@
+"""One cell: a long-lived sandbox process holding a warm zygote, and the host's handle on it.
+
+A cell runs one job at a time. The host writes a job line to the zygote's stdin and reads the
+result line from its stdout; anything the cell prints on stderr goes to `cell.log` beside its
+workspace, so a crash can be explained. A cell that dies, answers garbage or does not answer by
+the job's hard deadline is killed (bubblewrap takes its whole pid namespace with it) and reported
+as `CellCrashed`; the pool then replaces it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from honing.errors import CellCrashed, SandboxUnavailable
+from honing.sandbox.cgroups import CellCgroup
+from honing.sandbox.launch import Launcher, clean_env
+
+START_TIMEOUT_S = 30.0
+# Joins the cell's cgroups before bubblewrap starts, so nothing of the cell runs outside them.
+JOIN_CGROUPS = 'for f in $HONING_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"'
+
+
+class Cell:
+    def __init__(
+        self, name: str, directory: Path, launcher: Launcher, cgroup: CellCgroup | None
+    ) -> None:
+        self.name = name
+        self.directory = directory
+        self.workspace = directory / "workspace"
+        self.tmp = directory / "tmp"
+        self.launcher = launcher
+        self.cgroup = cgroup
+        self.baseline_bytes = 0
+        self.jobs_run = 0
+        self._proc: asyncio.subprocess.Process | None = None
+        self._memory_limit: int | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    async def start(self) -> None:
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        argv = self.launcher.argv(self.workspace, self.tmp)
+        env = clean_env()
+        if self.cgroup is not None:
+            env["HONING_CGROUP_PROCS"] = " ".join(str(p) for p in self.cgroup.procs_files)
+            argv = ["/bin/sh", "-c", JOIN_CGROUPS, "sh", *argv]
+        with open(self.directory / "cell.log", "ab") as log:
+            self._proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log,
+                env=env,
+                limit=64 * 1024 * 1024,
+            )
+        try:
+            ready = await self._read_line(START_TIMEOUT_S)
+        except CellCrashed as exc:
+            raise SandboxUnavailable(
+                f"sandbox cell {self.name} failed to start: {exc}. If bubblewrap reports "
+                "'No permissions to create new namespace', enable unprivileged user namespaces "
+                "(sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu 24.04+ "
+                "kernel.apparmor_restrict_unprivileged_userns=0)."
+            ) from exc
+        if not ready.get("ready"):
+            await self.kill()
+            raise SandboxUnavailable(f"sandbox cell {self.name} sent {ready!r} instead of ready")
+        if self.cgroup is not None:
+            self.baseline_bytes = self.cgroup.usage()
+
+    async def execute(self, job: dict[str, Any], deadline_s: float) -> dict[str, Any]:
+        """Run one job; `deadline_s` is the hard backstop past the job's own timeout."""
+        proc = self._proc
+        if proc is None or proc.stdin is None or not self.alive:
+            raise CellCrashed(f"cell {self.name} is not running")
+        try:
+            proc.stdin.write(json.dumps(job).encode() + b"\n")
+            await proc.stdin.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            await self.kill()
+            raise CellCrashed(f"cell {self.name} stopped reading jobs: {exc}") from exc
+        result = await self._read_line(deadline_s)
+        self.jobs_run += 1
+        if "internal_error" in result:
+            await self.kill()
+            raise CellCrashed(f"cell {self.name} zygote failed: {result['internal_error']}")
+        return result
+
+    def set_memory_limit(self, job_bytes: int) -> None:
+        if self.cgroup is None:
+            return
+        limit = self.baseline_bytes + job_bytes
+        if limit != self._memory_limit:
+            self.cgroup.set_memory_limit(limit)
+            self._memory_limit = limit
+        self.cgroup.reset_peak()
+
+    async def _read_line(self, timeout_s: float) -> dict[str, Any]:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
+        except (TimeoutError, asyncio.TimeoutError):
+            await self.kill()
+            raise CellCrashed(
+                f"cell {self.name} did not answer within {timeout_s:.1f}s"
+            ) from None
+        except ValueError as exc:  # a line past the stream limit
+            await self.kill()
+            raise CellCrashed(f"cell {self.name} sent an oversized reply: {exc}") from exc
+        if not line:
+            await self.kill()
+            raise CellCrashed(f"cell {self.name} exited ({self.log_tail()})")
+        try:
+            parsed: dict[str, Any] = json.loads(line)
+        except json.JSONDecodeError as exc:
+            await self.kill()
+            raise CellCrashed(f"cell {self.name} sent a malformed reply: {line[:200]!r}") from exc
+        return parsed
+
+    def log_tail(self, n: int = 800) -> str:
+        try:
+            data = (self.directory / "cell.log").read_bytes()[-n:]
+        except OSError:
+            return "no log"
+        text = data.decode(errors="replace").strip()
+        return text or f"exit status {self._proc.returncode if self._proc else None}"
+
+    async def kill(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        deadline = time.monotonic() + 10
+        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+            await asyncio.wait_for(proc.wait(), max(0.0, deadline - time.monotonic()))
+
+    async def close(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.returncode is None and proc.stdin is not None:
+            proc.stdin.close()  # the zygote exits on EOF
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                await asyncio.wait_for(proc.wait(), 2)
+        await self.kill()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,124 @@
+"""Memory and process-count limits for a cell through cgroup v1 controllers.
+
+Each pool makes one group `honing-<pid>-<random>` under *this process's own* memory and pids
+cgroups (read from /proc/self/cgroup), and one child group per cell. Nothing is ever moved out of
+its cgroup: a cell's launcher joins its group before it starts bubblewrap, so the whole cell —
+bubblewrap, the zygote and every job process — is accounted there.
+
+Not covered: cgroup v2 (a v2 group that holds processes cannot delegate controllers to children,
+so limits there need a systemd delegation we do not assume) — where no v1 memory controller can be
+used the pool falls back to RLIMIT_AS and says so in every `ExecResult.memory_enforcement`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _own_v1_path(controller: str) -> Path | None:
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            mount = CGROUP_ROOT / controller
+            if (mount / "cgroup.procs").exists():
+                return mount / path.lstrip("/")
+    return None
+
+
+@dataclass
+class CellCgroup:
+    """The memory (and, where available, pids) group of one cell."""
+
+    memory: Path
+    pids: Path | None
+
+    @property
+    def procs_files(self) -> list[Path]:
+        return [d / "cgroup.procs" for d in (self.memory, self.pids) if d is not None]
+
+    def set_memory_limit(self, nbytes: int) -> None:
+        (self.memory / "memory.limit_in_bytes").write_text(str(nbytes))
+
+    def reset_peak(self) -> None:
+        (self.memory / "memory.max_usage_in_bytes").write_text("0")
+
+    def usage(self) -> int:
+        return int((self.memory / "memory.usage_in_bytes").read_text())
+
+    def peak(self) -> int:
+        return int((self.memory / "memory.max_usage_in_bytes").read_text())
+
+    def oom_kills(self) -> int:
+        """OOM kills in this group so far (falls back to the limit-hit counter on old kernels)."""
+        for line in (self.memory / "memory.oom_control").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return int((self.memory / "memory.failcnt").read_text())
+
+    def set_max_procs(self, n: int) -> None:
+        if self.pids is not None:
+            (self.pids / "pids.max").write_text(str(n))
+
+    def remove(self) -> None:
+        for d in (self.memory, self.pids):
+            if d is not None:
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+
+
+class PoolCgroups:
+    """The pool's parent groups; `available` is False where no memory controller can be used."""
+
+    def __init__(self) -> None:
+        self.memory: Path | None = None
+        self.pids: Path | None = None
+        name = f"honing-{os.getpid()}-{secrets.token_hex(3)}"
+        mem = _own_v1_path("memory")
+        if mem is not None:
+            with contextlib.suppress(OSError):
+                (mem / name).mkdir()
+                self.memory = mem / name
+        pids = _own_v1_path("pids")
+        if pids is not None and self.memory is not None:
+            with contextlib.suppress(OSError):
+                (pids / name).mkdir()
+                self.pids = pids / name
+
+    @property
+    def available(self) -> bool:
+        return self.memory is not None
+
+    def cell(self, name: str) -> CellCgroup | None:
+        if self.memory is None:
+            return None
+        try:
+            (self.memory / name).mkdir(exist_ok=True)
+            pids = None
+            if self.pids is not None:
+                (self.pids / name).mkdir(exist_ok=True)
+                pids = self.pids / name
+        except OSError:
+            return None
+        return CellCgroup(self.memory / name, pids)
+
+    def remove(self) -> None:
+        for d in (self.memory, self.pids):
+            if d is None:
+                continue
+            for child in d.iterdir():
+                if child.is_dir():
+                    with contextlib.suppress(OSError):
+                        child.rmdir()
+            with contextlib.suppress(OSError):
+                d.rmdir()

@@ -1,0 +1,122 @@
+"""The command line that starts one cell: bubblewrap's mount and namespace plan, or none.
+
+The filesystem a cell sees (all read-only except /workspace and /tmp):
+
+    /usr, /bin, /lib*, /sbin      the system's programs and shared libraries (as on the host)
+    /etc/ld.so.cache              so the dynamic loader finds libraries (nothing else from /etc)
+    <python prefix>               the interpreter, its stdlib and libpython, at its host path
+    /opt/honing/zygote.py         the warm interpreter's server
+    /opt/honing/runtime           the packages of a named runtime, when one is used
+    /workspace                    this cell's workspace (read-write, emptied after each job)
+    /tmp                          a private tmpfs of fixed size, emptied after each job
+    /proc, /dev                   the cell's own pid namespace; a minimal /dev (null, zero, urandom…)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from honing.errors import SandboxUnavailable
+
+ZYGOTE = Path(__file__).with_name("zygote.py")
+INSIDE_ZYGOTE = "/opt/honing/zygote.py"
+INSIDE_RUNTIME = "/opt/honing/runtime"
+INSIDE_WORKSPACE = "/workspace"
+INSIDE_TMP = "/tmp"
+SANDBOX_UID = 1000
+INSTALL_HINT = (
+    "bubblewrap (bwrap) is needed to isolate executions and was not found on PATH. Install it: "
+    "`sudo apt-get install bubblewrap` (Debian/Ubuntu), `sudo dnf install bubblewrap` (Fedora), "
+    "`sudo pacman -S bubblewrap` (Arch) — `make setup` does this on Debian when run as root. "
+    "For development on a system without it, `isolation: none` runs code WITHOUT isolation."
+)
+
+
+def interpreter() -> Path:
+    """The real interpreter binary (never a venv link or a pyenv shim: shims cost ~80 ms)."""
+    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return Path(os.path.realpath(base if base.exists() else sys.executable))
+
+
+def clean_env() -> dict[str, str]:
+    """The whole environment a job sees (plus what its request adds): no host variable leaks."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": INSIDE_WORKSPACE,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """Builds the argv of a cell for one isolation mode."""
+
+    isolation: str  # "bwrap" or "none"
+    tmp_mb: int
+    runtime_dir: Path | None = None
+
+    def check(self) -> None:
+        if self.isolation == "bwrap" and shutil.which("bwrap") is None:
+            raise SandboxUnavailable(INSTALL_HINT)
+
+    def argv(self, workspace: Path, tmp: Path) -> list[str]:
+        python = str(interpreter())
+        if self.isolation == "none":
+            runtime = str(self.runtime_dir) if self.runtime_dir else ""
+            return [python, "-I", "-S", "-B", str(ZYGOTE), str(workspace), str(tmp), runtime]
+        args = [
+            shutil.which("bwrap") or "bwrap",
+            "--unshare-all",  # ipc, pid, net (loopback only), uts, cgroup
+            "--unshare-user",  # explicit: as root, --unshare-all alone keeps the host user ns
+            "--die-with-parent",
+            "--new-session",
+            "--as-pid-1",
+            "--cap-drop", "ALL",
+            "--disable-userns",
+            "--uid", str(SANDBOX_UID),
+            "--gid", str(SANDBOX_UID),
+            "--hostname", "sandbox",
+        ]  # fmt: skip
+        args += _system_mounts()
+        prefix = os.path.realpath(sys.base_prefix)
+        if not prefix.startswith("/usr/"):
+            args += ["--ro-bind", prefix, prefix]
+        args += ["--ro-bind", str(ZYGOTE), INSIDE_ZYGOTE]
+        runtime = ""
+        if self.runtime_dir is not None:
+            args += ["--ro-bind", str(self.runtime_dir), INSIDE_RUNTIME]
+            runtime = INSIDE_RUNTIME
+        args += [
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", INSIDE_TMP,
+            "--bind", str(workspace), INSIDE_WORKSPACE,
+            "--chdir", INSIDE_WORKSPACE,
+            "--clearenv",
+        ]  # fmt: skip
+        for key, value in clean_env().items():
+            args += ["--setenv", key, value]
+        args += ["--", python, "-I", "-S", "-B", INSIDE_ZYGOTE, INSIDE_WORKSPACE, INSIDE_TMP]
+        if runtime:
+            args.append(runtime)
+        return args
+
+
+def _system_mounts() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/") / top
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    if Path("/etc/ld.so.cache").exists():
+        args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    return args

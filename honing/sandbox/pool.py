@@ -1,0 +1,368 @@
+"""`SandboxPool`: a warm pool of cells with an async API, and persistent workspaces.
+
+    async with SandboxPool(SandboxConfig()) as pool:
+        result = await pool.run(ExecRequest(code="print(1)"))
+        results = await pool.run_many(requests, concurrency=8)
+        ws = pool.workspace()                       # persistent across runs
+        ws.write("sol.py", "...")
+        await pool.run(ExecRequest(code=..., workspace=ws.id))
+        snap = ws.snapshot(); ...; ws.restore(snap)
+
+Each run takes an idle cell, fills its workspace, sets the cell's memory limit, sends the job and
+classifies the reply into an `ExecResult`. A cell that crashes is replaced in the background;
+runs waiting for a cell simply get the replacement, so no queued work is lost. The run that was
+on the crashed cell is reported as `sandbox_error` (or `memory_limit` when the kernel's OOM killer
+is what brought the cell down), never as a program error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import signal
+import tempfile
+import uuid
+import warnings
+from collections.abc import Iterable
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from honing.config import SandboxConfig
+from honing.errors import CellCrashed, SandboxError, SandboxUnavailable
+from honing.sandbox import fs
+from honing.sandbox.cell import Cell
+from honing.sandbox.cgroups import PoolCgroups
+from honing.sandbox.launch import Launcher
+from honing.sandbox.runtime import RuntimeStore
+from honing.types import ExecRequest, ExecResult, ExecStatus
+
+log = logging.getLogger(__name__)
+MiB = 1024 * 1024
+HARD_DEADLINE_GRACE_S = 5.0  # the host's backstop past a job's own timeout
+REPLACE_ATTEMPTS = 3
+NO_ISOLATION_WARNING = (
+    "honing sandbox: isolation is 'none' — programs run as YOUR user with access to your files "
+    "and network. Use this for development only; set sandbox.isolation: bwrap for real runs."
+)
+
+
+class PoolState(Enum):
+    NEW = "new"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+class Workspace:
+    """A directory that persists across runs, with snapshots to roll back to."""
+
+    def __init__(self, pool_root: Path, workspace_id: str) -> None:
+        self.id = workspace_id
+        self.path = pool_root / "workspaces" / workspace_id
+        self._snapshots = pool_root / "snapshots" / workspace_id
+        self.path.mkdir(parents=True)
+        self.lock = asyncio.Lock()
+
+    def write(self, relpath: str, content: str | bytes) -> None:
+        fs.write_files(self.path, {relpath: content})
+
+    def read(self, relpath: str) -> bytes:
+        found = fs.read_files(self.path, [relpath], max_bytes=1 << 40)
+        if relpath not in found:
+            raise FileNotFoundError(f"workspace {self.id} has no regular file {relpath!r}")
+        return found[relpath]
+
+    def files(self) -> dict[str, bytes]:
+        return fs.read_files(self.path, ["*"], max_bytes=1 << 40)
+
+    def snapshot(self) -> str:
+        """Copy the current contents aside; returns the id to `restore` later."""
+        snapshot_id = uuid.uuid4().hex[:12]
+        shutil.copytree(self.path, self._snapshots / snapshot_id, symlinks=True)
+        return snapshot_id
+
+    def restore(self, snapshot_id: str) -> None:
+        source = self._snapshots / snapshot_id
+        if not source.is_dir():
+            raise KeyError(f"workspace {self.id} has no snapshot {snapshot_id!r}")
+        fs.wipe(self.path)
+        shutil.copytree(source, self.path, symlinks=True, dirs_exist_ok=True)
+
+
+class SandboxPool:
+    """A pool of warm, isolated cells. Use as `async with SandboxPool(...) as pool:`."""
+
+    def __init__(self, config: SandboxConfig | None = None, runtimes: RuntimeStore | None = None):
+        self.config = config or SandboxConfig()
+        self.state = PoolState.NEW
+        self._runtimes = runtimes or RuntimeStore()
+        self._root: Path | None = None
+        self._owns_root = False
+        self._cgroups: PoolCgroups | None = None
+        self._launcher: Launcher | None = None
+        self._idle: asyncio.Queue[Cell | None] = asyncio.Queue()
+        self._cells: dict[str, Cell] = {}
+        self._workspaces: dict[str, Workspace] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._broken: str | None = None
+        self._counter = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def __aenter__(self) -> SandboxPool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def memory_enforcement(self) -> str:
+        return "cgroup" if self._cgroups is not None and self._cgroups.available else "rlimit_as"
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            raise SandboxError("the pool is not started: use `async with SandboxPool(...)`")
+        return self._root
+
+    async def start(self) -> None:
+        if self.state is not PoolState.NEW:
+            raise SandboxError(f"a pool can be started once; this one is {self.state.value}")
+        cfg = self.config
+        runtime_dir = self._runtimes.resolve(cfg.runtime) if cfg.runtime else None
+        self._launcher = Launcher(cfg.isolation, cfg.tmp_mb, runtime_dir)
+        self._launcher.check()
+        if cfg.isolation == "none":
+            warnings.warn(NO_ISOLATION_WARNING, stacklevel=2)
+            log.warning(NO_ISOLATION_WARNING)
+        if cfg.root is not None:
+            cfg.root.mkdir(parents=True, exist_ok=True)
+            self._root = Path(tempfile.mkdtemp(prefix="pool-", dir=cfg.root))
+        else:
+            self._root = Path(tempfile.mkdtemp(prefix="honing-sandbox-"))
+        self._owns_root = True
+        self._cgroups = PoolCgroups() if cfg.isolation == "bwrap" else None
+        self.state = PoolState.RUNNING
+        try:
+            cells = await asyncio.gather(*(self._new_cell() for _ in range(cfg.size)))
+        except BaseException:
+            await self.close()
+            raise
+        for cell in cells:
+            self._idle.put_nowait(cell)
+
+    async def close(self) -> None:
+        if self.state is PoolState.CLOSED:
+            return
+        self.state = PoolState.CLOSED
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(*(c.close() for c in self._cells.values()), return_exceptions=True)
+        self._cells.clear()
+        if self._cgroups is not None:
+            self._cgroups.remove()
+        if self._root is not None and self._owns_root:
+            with contextlib.suppress(OSError):
+                fs.wipe(self._root)
+                self._root.rmdir()
+
+    async def _new_cell(self) -> Cell:
+        assert self._launcher is not None
+        self._counter += 1
+        name = f"cell-{self._counter}"
+        cgroup = self._cgroups.cell(name) if self._cgroups is not None else None
+        cell = Cell(name, self.root / "cells" / name, self._launcher, cgroup)
+        if cgroup is not None:
+            cgroup.set_max_procs(self.config.max_procs + 2)  # + bubblewrap and the zygote
+        self._cells[name] = cell
+        try:
+            await cell.start()
+        except BaseException:
+            self._cells.pop(name, None)
+            await cell.close()
+            raise
+        return cell
+
+    # -- workspaces ------------------------------------------------------------------------
+    def workspace(self) -> Workspace:
+        """A new persistent workspace; pass its `id` as `ExecRequest.workspace`."""
+        ws = Workspace(self.root, uuid.uuid4().hex[:12])
+        self._workspaces[ws.id] = ws
+        return ws
+
+    def get_workspace(self, workspace_id: str) -> Workspace:
+        try:
+            return self._workspaces[workspace_id]
+        except KeyError:
+            raise KeyError(f"no workspace {workspace_id!r} in this pool") from None
+
+    # -- running ---------------------------------------------------------------------------
+    async def run_many(
+        self, requests: Iterable[ExecRequest], concurrency: int | None = None
+    ) -> list[ExecResult]:
+        """Run all requests, at most `concurrency` at once (default: the pool size), in order."""
+        limit = asyncio.Semaphore(concurrency or self.config.size)
+
+        async def one(req: ExecRequest) -> ExecResult:
+            async with limit:
+                return await self.run(req)
+
+        return list(await asyncio.gather(*(one(r) for r in requests)))
+
+    async def run(self, request: ExecRequest) -> ExecResult:
+        if self.state is not PoolState.RUNNING:
+            raise SandboxError(f"the pool is {self.state.value}; start it with `async with`")
+        ws = self.get_workspace(request.workspace) if request.workspace else None
+        if ws is not None:
+            async with ws.lock:
+                return await self._run_on_cell(request, ws)
+        return await self._run_on_cell(request, None)
+
+    async def _run_on_cell(self, request: ExecRequest, ws: Workspace | None) -> ExecResult:
+        cell = await self._idle.get()
+        if cell is None:  # the pool could not replace crashed cells
+            self._idle.put_nowait(None)
+            return ExecResult(ExecStatus.SANDBOX_ERROR, error=f"sandbox pool broken: {self._broken}")
+        healthy = True
+        try:
+            result, healthy = await self._execute(cell, request, ws)
+            return result
+        finally:
+            if healthy and cell.alive:
+                self._idle.put_nowait(cell)
+            else:
+                self._replace(cell)
+
+    async def _execute(
+        self, cell: Cell, req: ExecRequest, ws: Workspace | None
+    ) -> tuple[ExecResult, bool]:
+        cfg = self.config
+        timeout = req.timeout_s if req.timeout_s is not None else cfg.timeout_s
+        memory = (req.memory_mb if req.memory_mb is not None else cfg.memory_mb) * MiB
+        use_cgroup = cell.cgroup is not None
+        job: dict[str, Any] = {
+            "code": req.code,
+            "filename": req.filename,
+            "argv": req.argv,
+            "stdin": req.stdin,
+            "env": req.env,
+            "timeout_s": timeout,
+            "cpu_s": req.cpu_s or cfg.cpu_s or timeout,
+            "memory_bytes": 0 if use_cgroup else memory,
+            "max_procs": req.max_procs or cfg.max_procs,
+            "max_output_bytes": req.max_output_bytes or cfg.max_output_bytes,
+            "max_file_bytes": (req.max_file_mb or cfg.max_file_mb) * MiB,
+        }
+        try:
+            if ws is not None:
+                fs.move_entries(ws.path, cell.workspace)
+            fs.write_files(cell.workspace, req.files)
+        except (OSError, ValueError) as exc:
+            self._return_workspace(cell, ws)
+            return ExecResult(ExecStatus.SANDBOX_ERROR, error=f"workspace setup: {exc}"), True
+        oom_before = 0
+        try:
+            if cell.cgroup is not None:
+                cell.set_memory_limit(memory)
+                oom_before = cell.cgroup.oom_kills()
+            reply = await cell.execute(job, timeout + HARD_DEADLINE_GRACE_S)
+        except (CellCrashed, OSError) as exc:
+            oom = cell.cgroup is not None and _safe_oom_kills(cell) > oom_before
+            self._return_workspace(cell, ws)
+            if oom:
+                return ExecResult(
+                    ExecStatus.MEMORY_LIMIT,
+                    memory_enforcement="cgroup",
+                    error=f"memory limit of {memory // MiB} MiB exceeded (the cell was lost: {exc})",
+                ), False
+            return ExecResult(ExecStatus.SANDBOX_ERROR, error=str(exc)), False
+        files = fs.read_files(cell.workspace, req.output_files, job["max_file_bytes"])
+        self._return_workspace(cell, ws)
+        result = self._classify(cell, reply, memory, oom_before)
+        result.files = files
+        return result, True
+
+    def _return_workspace(self, cell: Cell, ws: Workspace | None) -> None:
+        if ws is not None:
+            fs.wipe(ws.path)
+            fs.move_entries(cell.workspace, ws.path)
+        fs.wipe(cell.workspace)
+
+    def _classify(
+        self, cell: Cell, reply: dict[str, Any], memory: int, oom_before: int
+    ) -> ExecResult:
+        result = ExecResult(
+            status=ExecStatus.OK,
+            exit_code=reply["exit_code"],
+            signal=reply["signal"],
+            stdout=reply["stdout"],
+            stderr=reply["stderr"],
+            stdout_truncated=reply["stdout_truncated"],
+            stderr_truncated=reply["stderr_truncated"],
+            wall_s=reply["wall_s"],
+            cpu_s=reply["cpu_s"],
+            memory_enforcement=self.memory_enforcement,
+        )
+        oom = False
+        if cell.cgroup is not None:
+            result.peak_memory_mb = max(0, cell.cgroup.peak() - cell.baseline_bytes) / MiB
+            oom = cell.cgroup.oom_kills() > oom_before
+        else:
+            result.peak_memory_mb = reply["maxrss_kb"] / 1024
+            oom = result.exit_code not in (0, None) and "MemoryError" in result.stderr[-2000:]
+        sig = result.signal
+        if reply["limit"] == "output_limit":
+            result.status = ExecStatus.OUTPUT_LIMIT
+            result.error = "output past the byte limit; the program was stopped"
+        elif reply["limit"] == "timeout":
+            result.status = ExecStatus.TIMEOUT
+            result.error = "wall-clock limit reached"
+        elif oom:
+            result.status = ExecStatus.MEMORY_LIMIT
+            result.error = f"memory limit of {memory // MiB} MiB exceeded"
+        elif sig == signal.SIGXCPU:
+            result.status = ExecStatus.TIMEOUT
+            result.error = "CPU-time limit reached"
+        elif sig is not None:
+            result.status = ExecStatus.KILLED
+            result.error = f"killed by signal {signal.Signals(sig).name}"
+        elif result.exit_code != 0:
+            result.status = ExecStatus.ERROR
+        return result
+
+    def _replace(self, cell: Cell) -> None:
+        self._cells.pop(cell.name, None)
+        task = asyncio.get_running_loop().create_task(self._replace_cell(cell))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _replace_cell(self, dead: Cell) -> None:
+        await dead.close()
+        with contextlib.suppress(OSError):
+            fs.wipe(dead.directory)
+            dead.directory.rmdir()
+        last: Exception | None = None
+        for attempt in range(REPLACE_ATTEMPTS):
+            if self.state is not PoolState.RUNNING:
+                return
+            try:
+                cell = await self._new_cell()
+            except SandboxUnavailable as exc:
+                last = exc
+                await asyncio.sleep(0.5 * 2**attempt)
+                continue
+            self._idle.put_nowait(cell)
+            return
+        self._broken = f"could not replace a crashed cell: {last}"
+        log.error("sandbox pool: %s", self._broken)
+        self._idle.put_nowait(None)
+
+
+def _safe_oom_kills(cell: Cell) -> int:
+    try:
+        return cell.cgroup.oom_kills() if cell.cgroup is not None else 0
+    except OSError:
+        return 0

@@ -1,0 +1,118 @@
+"""Named runtimes: the sandbox interpreter plus a set of pip packages, built once, cached by hash.
+
+A runtime is a `site-packages` directory made by `pip install --target` with the same interpreter
+the sandbox runs, so compiled wheels match. Its id is the SHA-256 of the interpreter version and
+the normalised requirements; building the same requirements again is a no-op. Cells mount it
+read-only at /opt/honing/runtime and put it first on `sys.path`. A name maps to an id in
+`names/NAME.json`; rebuilding a name with other requirements repoints it.
+
+The store lives in $HONING_HOME/runtimes (default ~/.cache/honing/runtimes). Building needs the
+package index (or a local wheel directory given in the requirements); running never does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from honing.errors import RuntimeBuildError
+from honing.sandbox.launch import interpreter
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("HONING_HOME") or Path.home() / ".cache" / "honing")
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    name: str
+    id: str
+    path: Path
+    requirements: list[str]
+    built_s: float
+    cached: bool
+
+
+class RuntimeStore:
+    def __init__(self, home: Path | None = None) -> None:
+        self.dir = (home or default_home()) / "runtimes"
+
+    def resolve(self, name: str) -> Path:
+        """The site-packages directory of runtime `name`; an error says how to build it."""
+        ref = self.dir / "names" / f"{name}.json"
+        if not ref.is_file():
+            raise RuntimeBuildError(
+                f"runtime {name!r} is not built (looked in {self.dir}). Build it with "
+                f"`honing sandbox runtime build {name} -r requirements.txt`."
+            )
+        runtime_id = json.loads(ref.read_text())["id"]
+        path = self.dir / runtime_id / "site-packages"
+        if not (self.dir / runtime_id / "COMPLETE").exists():
+            raise RuntimeBuildError(f"runtime {name!r} ({runtime_id}) is incomplete: rebuild it")
+        return path
+
+    def list(self) -> list[RuntimeInfo]:
+        out = []
+        for ref in sorted((self.dir / "names").glob("*.json")):
+            meta = json.loads(ref.read_text())
+            out.append(
+                RuntimeInfo(ref.stem, meta["id"], self.dir / meta["id"] / "site-packages",
+                            meta["requirements"], meta.get("built_s", 0.0), True)
+            )
+        return out
+
+    def build(self, name: str, requirements_file: Path) -> RuntimeInfo:
+        if not NAME_RE.match(name):
+            raise RuntimeBuildError(
+                f"runtime name {name!r} is invalid: use letters, digits, '.', '_' or '-'"
+            )
+        try:
+            lines = requirements_file.read_text().splitlines()
+        except OSError as exc:
+            raise RuntimeBuildError(f"{requirements_file}: cannot read: {exc.strerror}") from exc
+        reqs = sorted({ln.split("#", 1)[0].strip() for ln in lines} - {""})
+        version = ".".join(map(str, sys.version_info[:3]))
+        digest = hashlib.sha256(json.dumps([version, reqs]).encode()).hexdigest()[:16]
+        target = self.dir / digest
+        cached = (target / "COMPLETE").exists()
+        started = time.perf_counter()
+        if not cached:
+            self._pip_install(target, requirements_file, reqs)
+        built_s = time.perf_counter() - started
+        (self.dir / "names").mkdir(parents=True, exist_ok=True)
+        meta = {"id": digest, "requirements": reqs, "python": version, "built_s": built_s}
+        (self.dir / "names" / f"{name}.json").write_text(json.dumps(meta, indent=2))
+        return RuntimeInfo(name, digest, target / "site-packages", reqs, built_s, cached)
+
+    def _pip_install(self, target: Path, requirements_file: Path, reqs: list[str]) -> None:
+        staging = target.with_name(target.name + ".building")
+        shutil.rmtree(staging, ignore_errors=True)
+        (staging / "site-packages").mkdir(parents=True)
+        cmd = [str(interpreter()), "-m", "pip", "install", "--quiet", "--no-input",
+               "--disable-pip-version-check", "--target", str(staging / "site-packages"),
+               "-r", str(requirements_file.resolve())]
+        if not reqs:
+            cmd = cmd[:-2]
+        proc = None
+        if reqs:
+            proc = subprocess.run(cmd, capture_output=True, text=True,
+                                  cwd=requirements_file.resolve().parent)
+        if proc is not None and proc.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise RuntimeBuildError(
+                f"pip could not install {requirements_file}:\n{proc.stderr.strip()[-2000:]}"
+            )
+        (staging / "requirements.txt").write_text("\n".join(reqs) + "\n")
+        (staging / "COMPLETE").write_text("")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)

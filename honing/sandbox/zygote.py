@@ -1,0 +1,323 @@
+"""The warm interpreter inside a sandbox cell: reads jobs, forks one child per job, reports.
+
+This file runs *inside* the cell (`python -I -S -B zygote.py ...`) and so uses only the standard
+library and never imports honing. Protocol, one JSON object per line:
+
+    host → zygote   {"code", "filename", "argv", "stdin", "env", "timeout_s", "cpu_s",
+                     "memory_bytes" (RLIMIT_AS, 0 = none), "max_procs", "max_output_bytes",
+                     "max_file_bytes"}
+    zygote → host   {"ready": true, "pid"} once at start, then per job:
+                    {"exit_code", "signal", "stdout", "stderr", "stdout_truncated",
+                     "stderr_truncated", "wall_s", "cpu_s", "maxrss_kb", "limit"}
+
+`limit` is "timeout" or "output_limit" when the zygote ended the job for that reason, else null.
+
+Under bubblewrap the zygote is pid 1 of the cell's pid namespace (`--as-pid-1`). That gives two
+properties for free: a job cannot signal it (the kernel drops signals to a namespace's init that
+has no handler, so every handler here stays at its default), and `kill(-1, SIGKILL)` from pid 1
+ends every other process in the namespace — the job, its children, and any grandchild that
+daemonised itself — so no process of a job outlives it. Without isolation (development mode) the
+zygote is an ordinary process: it kills the job's process group and its adopted orphans instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import io
+import json
+import linecache
+import os
+import resource
+import select
+import signal
+import sys
+import time
+import traceback
+import types
+from typing import Any
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+READ_CHUNK = 65536
+
+# Imported once here so that forked jobs find them warm (HumanEval-style programs use these).
+PREIMPORT = (
+    "typing", "re", "math", "collections", "itertools", "functools", "string", "heapq", "bisect",
+    "random", "hashlib", "copy", "operator",
+)  # fmt: skip
+# Heavier modules (unittest, decimal, statistics…) cost more in fork time than they save.
+
+
+def _prctl(option: int, arg: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _wipe(path: str) -> None:
+    """Empty a directory, including entries the job made unreadable (same owner: chmod works)."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)
+                _wipe(entry.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+class Zygote:
+    def __init__(self, workspace: str, tmp: str, runtime_path: str | None) -> None:
+        self.workspace = workspace
+        self.tmp = tmp
+        self.is_init = os.getpid() == 1
+        if runtime_path:
+            sys.path.insert(0, runtime_path)
+        os.environ["TMPDIR"] = tmp
+
+    def serve(self) -> None:
+        _prctl(PR_SET_DUMPABLE, 0)  # jobs run as our uid: keep them from ptrace and /proc/1/mem
+        if not self.is_init:
+            _prctl(PR_SET_CHILD_SUBREAPER, 1)
+        for name in PREIMPORT:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+        compile("pass", "<warm-up>", "exec")  # the first compile in a process is slow
+        # Default dispositions everywhere: as pid 1, a signal with no handler cannot reach us.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+        self._reply(out, {"ready": True, "pid": os.getpid()})
+        stdin = os.fdopen(os.dup(0), "rb")
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        for line in stdin:
+            if not line.strip():
+                continue
+            try:
+                result = self.run(json.loads(line))
+            except Exception as exc:  # a bug here must not take the cell down silently
+                result = {"internal_error": f"{type(exc).__name__}: {exc}"}
+            self._reply(out, result)
+
+    @staticmethod
+    def _reply(out: io.TextIOWrapper, obj: dict[str, Any]) -> None:
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        if job["stdin"]:
+            stdin_fd = os.memfd_create("stdin", 0)
+            os.write(stdin_fd, job["stdin"].encode())
+            os.lseek(stdin_fd, 0, os.SEEK_SET)
+        else:
+            stdin_fd = os.open(os.devnull, os.O_RDONLY)
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            self._child(job, stdin_fd, out_w, err_w)
+        os.close(out_w)
+        os.close(err_w)
+        os.close(stdin_fd)
+        try:
+            return self._supervise(job, pid, out_r, err_r, start)
+        finally:
+            os.close(out_r)
+            os.close(err_r)
+            _wipe(self.tmp)
+
+    def _supervise(
+        self, job: dict[str, Any], pid: int, out_r: int, err_r: int, start: float
+    ) -> dict[str, Any]:
+        limit_bytes = int(job["max_output_bytes"])
+        bufs = {out_r: bytearray(), err_r: bytearray()}
+        truncated = {out_r: False, err_r: False}
+        pidfd = os.pidfd_open(pid)
+        poller = select.poll()
+        for fd in (out_r, err_r, pidfd):
+            poller.register(fd, select.POLLIN)
+        deadline = start + float(job["timeout_s"])
+        limit: str | None = None
+        open_pipes = 2
+        exited = False
+        try:
+            while not exited or open_pipes:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    limit = "timeout"
+                    break
+                events = poller.poll(remaining * 1000)
+                for fd, _ in events:
+                    if fd == pidfd:
+                        exited = True
+                        poller.unregister(pidfd)
+                        # Wait no longer for pipes a leftover grandchild may hold open.
+                        deadline = min(deadline, time.perf_counter() + 0.05)
+                        continue
+                    chunk = os.read(fd, READ_CHUNK)
+                    if not chunk:
+                        poller.unregister(fd)
+                        open_pipes -= 1
+                        continue
+                    room = limit_bytes - len(bufs[fd])
+                    if len(chunk) > room:
+                        bufs[fd] += chunk[: max(room, 0)]
+                        truncated[fd] = True
+                        limit = "output_limit"
+                    else:
+                        bufs[fd] += chunk
+                if limit:
+                    break
+            if limit == "timeout" and exited:
+                limit = None  # it finished; only a straggling descendant held the pipes
+        finally:
+            os.close(pidfd)
+        self._kill_all(pid)
+        status, usage = os.wait4(pid, 0)[1:]
+        cpu = usage.ru_utime + usage.ru_stime
+        maxrss = usage.ru_maxrss
+        cpu += self._reap_all(pid)
+        wall = time.perf_counter() - start
+        exit_code = os.waitstatus_to_exitcode(status)
+        return {
+            "exit_code": exit_code if exit_code >= 0 else None,
+            "signal": -exit_code if exit_code < 0 else None,
+            "stdout": bufs[out_r].decode("utf-8", errors="replace"),
+            "stderr": bufs[err_r].decode("utf-8", errors="replace"),
+            "stdout_truncated": truncated[out_r],
+            "stderr_truncated": truncated[err_r],
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "maxrss_kb": maxrss,
+            "limit": limit,
+        }
+
+    def _kill_all(self, pid: int) -> None:
+        if self.is_init:
+            try:
+                os.kill(-1, signal.SIGKILL)  # from pid 1: every other process in the namespace
+            except ProcessLookupError:
+                pass
+            return
+        for target in [pid, *self._adopted_children()]:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(target, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    @staticmethod
+    def _adopted_children() -> list[int]:
+        pids: list[int] = []
+        me = os.getpid()
+        try:
+            for tid in os.listdir(f"/proc/{me}/task"):
+                with open(f"/proc/{me}/task/{tid}/children") as f:
+                    pids.extend(int(p) for p in f.read().split())
+        except OSError:
+            pass
+        return pids
+
+    def _reap_all(self, pid: int) -> float:
+        """Reap every remaining descendant; return their CPU seconds."""
+        cpu = 0.0
+        while True:
+            try:
+                # As pid 1 everything is already dead: block. Otherwise orphans may still be
+                # handed to us (subreaper) while we reap, so poll and keep killing.
+                reaped, _, usage = os.wait4(-1, 0 if self.is_init else os.WNOHANG)
+            except ChildProcessError:
+                return cpu
+            if reaped:
+                cpu += usage.ru_utime + usage.ru_stime
+            else:
+                self._kill_all(pid)
+                time.sleep(0.001)
+
+    def _child(self, job: dict[str, Any], stdin_fd: int, out_w: int, err_w: int) -> None:
+        code = 1
+        try:
+            os.setsid()
+            try:  # under memory pressure the job dies, not the zygote
+                fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+                os.write(fd, b"1000")
+                os.close(fd)
+            except OSError:
+                pass
+            cpu = max(1, int(float(job["cpu_s"]) + 0.999))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            fsize = int(job["max_file_bytes"])
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+            nproc = int(job["max_procs"])
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            if job["memory_bytes"]:
+                mem = int(job["memory_bytes"])
+                resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            os.dup2(stdin_fd, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 65536)
+            os.chdir(self.workspace)
+            if job["env"]:
+                os.environ.update(job["env"])
+            # sys.stdin/stdout/stderr already wrap fds 0-2 with empty buffers (the protocol runs
+            # on duplicates), so after the dup2 calls above they are the job's streams as they are.
+            code = _exec_main(job["code"], job["filename"], job["argv"])
+        except BaseException:  # noqa: BLE001 - anything here is the job's failure
+            try:
+                traceback.print_exc()
+            except BaseException:  # noqa: BLE001
+                pass
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:  # noqa: BLE001
+                    code = code or 120
+            os._exit(code)
+
+
+def _exec_main(source: str, filename: str, argv: list[str]) -> int:
+    """Run `source` as `__main__` the way `python FILE` would; return the exit code."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    main = types.ModuleType("__main__")
+    main.__file__ = filename
+    sys.modules["__main__"] = main
+    sys.argv = [filename, *argv]
+    try:
+        exec(compile(source, filename, "exec"), main.__dict__)
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code & 0xFF
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException as exc:  # noqa: BLE001
+        if exc.__traceback__ is not None:  # hide this frame: show the traceback python would
+            exc.__traceback__ = exc.__traceback__.tb_next
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        return 1
+    return 0
+
+
+def main(argv: list[str]) -> None:
+    workspace, tmp, runtime_path = argv[1], argv[2], (argv[3] if len(argv) > 3 else "")
+    Zygote(workspace, tmp, runtime_path or None).serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
