@@ -24,12 +24,12 @@ class StrictModel(BaseModel):
 
 
 class SandboxConfig(StrictModel):
-    """How programs are executed. Per-request limits left unset in an `ExecRequest` come from here."""
+    """How programs are executed; limits an `ExecRequest` leaves unset come from here."""
 
     isolation: Literal["bwrap", "none"] = Field(
         "bwrap",
         description="'bwrap': namespaces via bubblewrap (the default, and the only safe choice). "
-        "'none': no isolation, for development on systems without bubblewrap; warns at every start.",
+        "'none': no isolation, for development where bubblewrap is missing; warns at every start.",
     )
     pool_size: int | None = Field(
         None, ge=1, description="Number of warm cells; default: the number of CPUs."
@@ -44,12 +44,15 @@ class SandboxConfig(StrictModel):
     memory_mb: int = Field(512, ge=16, description="Memory limit per execution, in MiB.")
     max_procs: int = Field(32, ge=1, description="Processes (and threads) one execution may run.")
     max_output_bytes: int = Field(
-        1_000_000, ge=1, description="Bytes kept per stream (stdout, stderr); past it: output_limit."
+        1_000_000,
+        ge=1,
+        description="Bytes kept per stream (stdout, stderr); past it: output_limit.",
     )
     max_file_mb: int = Field(64, ge=1, description="Largest file an execution may write, in MiB.")
     tmp_mb: int = Field(64, ge=1, description="Size of the private /tmp (tmpfs) of each cell.")
     root: Path | None = Field(
-        None, description="Where cells keep their workspaces; default: a fresh directory in $TMPDIR."
+        None,
+        description="Where cells keep their workspaces; default: a fresh directory in $TMPDIR.",
     )
 
     @property

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
-class ExecStatus(str, enum.Enum):
+class ExecStatus(enum.StrEnum):
     """What happened to one execution. Only `sandbox_error` blames honing; the rest the program."""
 
     OK = "ok"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ class Cell:
         self.launcher = launcher
         self.cgroup = cgroup
         self.baseline_bytes = 0
+        self.oom_kills = 0  # the cgroup's OOM-kill count after the last job
         self.jobs_run = 0
         self._proc: asyncio.subprocess.Process | None = None
         self._memory_limit: int | None = None
@@ -76,6 +76,7 @@ class Cell:
             raise SandboxUnavailable(f"sandbox cell {self.name} sent {ready!r} instead of ready")
         if self.cgroup is not None:
             self.baseline_bytes = self.cgroup.usage()
+            self.oom_kills = self.cgroup.oom_kills()
 
     async def execute(self, job: dict[str, Any], deadline_s: float) -> dict[str, Any]:
         """Run one job; `deadline_s` is the hard backstop past the job's own timeout."""
@@ -109,11 +110,9 @@ class Cell:
         assert proc is not None and proc.stdout is not None
         try:
             line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             await self.kill()
-            raise CellCrashed(
-                f"cell {self.name} did not answer within {timeout_s:.1f}s"
-            ) from None
+            raise CellCrashed(f"cell {self.name} did not answer within {timeout_s:.1f}s") from None
         except ValueError as exc:  # a line past the stream limit
             await self.kill()
             raise CellCrashed(f"cell {self.name} sent an oversized reply: {exc}") from exc
@@ -143,25 +142,15 @@ class Cell:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
         deadline = time.monotonic() + 10
-        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), max(0.0, deadline - time.monotonic()))
 
     async def close(self) -> None:
         proc = self._proc
         if proc is not None and proc.returncode is None and proc.stdin is not None:
             proc.stdin.close()  # the zygote exits on EOF
-            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.wait(), 2)
         await self.kill()
         if self.cgroup is not None:
             self.cgroup.remove()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

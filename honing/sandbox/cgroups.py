@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -35,42 +34,63 @@ def _own_v1_path(controller: str) -> Path | None:
     return None
 
 
-@dataclass
 class CellCgroup:
-    """The memory (and, where available, pids) group of one cell."""
+    """The memory (and, where available, pids) group of one cell.
 
-    memory: Path
-    pids: Path | None
+    Its control files are opened once and read/written with pread/pwrite: these calls sit on the
+    path of every execution.
+    """
+
+    def __init__(self, memory: Path, pids: Path | None) -> None:
+        self.memory = memory
+        self.pids = pids
+        self._fds: dict[str, int] = {}
+
+    def _fd(self, name: str, writable: bool = False) -> int:
+        fd = self._fds.get(name)
+        if fd is None:
+            fd = os.open(self.memory / name, os.O_RDWR if writable else os.O_RDONLY)
+            self._fds[name] = fd
+        return fd
+
+    def _read(self, name: str) -> str:
+        return os.pread(self._fd(name), 4096, 0).decode()
+
+    def _write(self, name: str, value: int) -> None:
+        os.pwrite(self._fd(name, writable=True), str(value).encode(), 0)
 
     @property
     def procs_files(self) -> list[Path]:
         return [d / "cgroup.procs" for d in (self.memory, self.pids) if d is not None]
 
     def set_memory_limit(self, nbytes: int) -> None:
-        (self.memory / "memory.limit_in_bytes").write_text(str(nbytes))
+        self._write("memory.limit_in_bytes", nbytes)
 
     def reset_peak(self) -> None:
-        (self.memory / "memory.max_usage_in_bytes").write_text("0")
+        self._write("memory.max_usage_in_bytes", 0)
 
     def usage(self) -> int:
-        return int((self.memory / "memory.usage_in_bytes").read_text())
+        return int(self._read("memory.usage_in_bytes"))
 
     def peak(self) -> int:
-        return int((self.memory / "memory.max_usage_in_bytes").read_text())
+        return int(self._read("memory.max_usage_in_bytes"))
 
     def oom_kills(self) -> int:
         """OOM kills in this group so far (falls back to the limit-hit counter on old kernels)."""
-        for line in (self.memory / "memory.oom_control").read_text().splitlines():
+        for line in self._read("memory.oom_control").splitlines():
             key, _, value = line.partition(" ")
             if key == "oom_kill":
                 return int(value)
-        return int((self.memory / "memory.failcnt").read_text())
+        return int(self._read("memory.failcnt"))
 
     def set_max_procs(self, n: int) -> None:
         if self.pids is not None:
             (self.pids / "pids.max").write_text(str(n))
 
     def remove(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
         for d in (self.memory, self.pids):
             if d is not None:
                 with contextlib.suppress(OSError):

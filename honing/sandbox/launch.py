@@ -9,7 +9,7 @@ The filesystem a cell sees (all read-only except /workspace and /tmp):
     /opt/honing/runtime           the packages of a named runtime, when one is used
     /workspace                    this cell's workspace (read-write, emptied after each job)
     /tmp                          a private tmpfs of fixed size, emptied after each job
-    /proc, /dev                   the cell's own pid namespace; a minimal /dev (null, zero, urandom…)
+    /proc, /dev                   the cell's own pid namespace; a minimal /dev (null, zero, random…)
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ INSTALL_HINT = (
 
 def interpreter() -> Path:
     """The real interpreter binary (never a venv link or a pyenv shim: shims cost ~80 ms)."""
-    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    base = (
+        Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    )
     return Path(os.path.realpath(base if base.exists() else sys.executable))
 
 

@@ -225,7 +225,9 @@ class SandboxPool:
         cell = await self._idle.get()
         if cell is None:  # the pool could not replace crashed cells
             self._idle.put_nowait(None)
-            return ExecResult(ExecStatus.SANDBOX_ERROR, error=f"sandbox pool broken: {self._broken}")
+            return ExecResult(
+                ExecStatus.SANDBOX_ERROR, error=f"sandbox pool broken: {self._broken}"
+            )
         healthy = True
         try:
             result, healthy = await self._execute(cell, request, ws)
@@ -263,11 +265,9 @@ class SandboxPool:
         except (OSError, ValueError) as exc:
             self._return_workspace(cell, ws)
             return ExecResult(ExecStatus.SANDBOX_ERROR, error=f"workspace setup: {exc}"), True
-        oom_before = 0
+        oom_before = cell.oom_kills
         try:
-            if cell.cgroup is not None:
-                cell.set_memory_limit(memory)
-                oom_before = cell.cgroup.oom_kills()
+            cell.set_memory_limit(memory)
             reply = await cell.execute(job, timeout + HARD_DEADLINE_GRACE_S)
         except (CellCrashed, OSError) as exc:
             oom = cell.cgroup is not None and _safe_oom_kills(cell) > oom_before
@@ -276,7 +276,7 @@ class SandboxPool:
                 return ExecResult(
                     ExecStatus.MEMORY_LIMIT,
                     memory_enforcement="cgroup",
-                    error=f"memory limit of {memory // MiB} MiB exceeded (the cell was lost: {exc})",
+                    error=f"memory limit of {memory // MiB} MiB exceeded; the cell was lost: {exc}",
                 ), False
             return ExecResult(ExecStatus.SANDBOX_ERROR, error=str(exc)), False
         files = fs.read_files(cell.workspace, req.output_files, job["max_file_bytes"])
@@ -309,7 +309,8 @@ class SandboxPool:
         oom = False
         if cell.cgroup is not None:
             result.peak_memory_mb = max(0, cell.cgroup.peak() - cell.baseline_bytes) / MiB
-            oom = cell.cgroup.oom_kills() > oom_before
+            cell.oom_kills = cell.cgroup.oom_kills()
+            oom = cell.oom_kills > oom_before
         else:
             result.peak_memory_mb = reply["maxrss_kb"] / 1024
             oom = result.exit_code not in (0, None) and "MemoryError" in result.stderr[-2000:]

@@ -55,19 +55,25 @@ class RuntimeStore:
                 f"runtime {name!r} is not built (looked in {self.dir}). Build it with "
                 f"`honing sandbox runtime build {name} -r requirements.txt`."
             )
-        runtime_id = json.loads(ref.read_text())["id"]
+        runtime_id = str(json.loads(ref.read_text())["id"])
         path = self.dir / runtime_id / "site-packages"
         if not (self.dir / runtime_id / "COMPLETE").exists():
             raise RuntimeBuildError(f"runtime {name!r} ({runtime_id}) is incomplete: rebuild it")
         return path
 
-    def list(self) -> list[RuntimeInfo]:
+    def all(self) -> list[RuntimeInfo]:
         out = []
         for ref in sorted((self.dir / "names").glob("*.json")):
             meta = json.loads(ref.read_text())
             out.append(
-                RuntimeInfo(ref.stem, meta["id"], self.dir / meta["id"] / "site-packages",
-                            meta["requirements"], meta.get("built_s", 0.0), True)
+                RuntimeInfo(
+                    ref.stem,
+                    meta["id"],
+                    self.dir / meta["id"] / "site-packages",
+                    meta["requirements"],
+                    meta.get("built_s", 0.0),
+                    True,
+                )
             )
         return out
 
@@ -98,15 +104,26 @@ class RuntimeStore:
         staging = target.with_name(target.name + ".building")
         shutil.rmtree(staging, ignore_errors=True)
         (staging / "site-packages").mkdir(parents=True)
-        cmd = [str(interpreter()), "-m", "pip", "install", "--quiet", "--no-input",
-               "--disable-pip-version-check", "--target", str(staging / "site-packages"),
-               "-r", str(requirements_file.resolve())]
+        cmd = [
+            str(interpreter()),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-input",
+            "--disable-pip-version-check",
+            "--target",
+            str(staging / "site-packages"),
+            "-r",
+            str(requirements_file.resolve()),
+        ]
         if not reqs:
             cmd = cmd[:-2]
         proc = None
         if reqs:
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  cwd=requirements_file.resolve().parent)
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, cwd=requirements_file.resolve().parent
+            )
         if proc is not None and proc.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
             raise RuntimeBuildError(

@@ -22,6 +22,7 @@ zygote is an ordinary process: it kills the job's process group and its adopted 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import io
@@ -50,10 +51,8 @@ PREIMPORT = (
 
 
 def _prctl(option: int, arg: int) -> None:
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _wipe(path: str) -> None:
@@ -88,10 +87,8 @@ class Zygote:
         if not self.is_init:
             _prctl(PR_SET_CHILD_SUBREAPER, 1)
         for name in PREIMPORT:
-            try:
+            with contextlib.suppress(ImportError):
                 importlib.import_module(name)
-            except ImportError:
-                pass
         compile("pass", "<warm-up>", "exec")  # the first compile in a process is slow
         # Default dispositions everywhere: as pid 1, a signal with no handler cannot reach us.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -206,17 +203,13 @@ class Zygote:
 
     def _kill_all(self, pid: int) -> None:
         if self.is_init:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(-1, signal.SIGKILL)  # from pid 1: every other process in the namespace
-            except ProcessLookupError:
-                pass
             return
         for target in [pid, *self._adopted_children()]:
             for kill in (os.killpg, os.kill):
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     kill(target, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
 
     @staticmethod
     def _adopted_children() -> list[int]:
@@ -276,16 +269,14 @@ class Zygote:
             # sys.stdin/stdout/stderr already wrap fds 0-2 with empty buffers (the protocol runs
             # on duplicates), so after the dup2 calls above they are the job's streams as they are.
             code = _exec_main(job["code"], job["filename"], job["argv"])
-        except BaseException:  # noqa: BLE001 - anything here is the job's failure
-            try:
+        except BaseException:  # anything here is the job's failure
+            with contextlib.suppress(BaseException):
                 traceback.print_exc()
-            except BaseException:  # noqa: BLE001
-                pass
         finally:
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
-                except BaseException:  # noqa: BLE001
+                except BaseException:
                     code = code or 120
             os._exit(code)
 
@@ -306,7 +297,7 @@ def _exec_main(source: str, filename: str, argv: list[str]) -> int:
             return exc.code & 0xFF
         print(exc.code, file=sys.stderr)
         return 1
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         if exc.__traceback__ is not None:  # hide this frame: show the traceback python would
             exc.__traceback__ = exc.__traceback__.tb_next
         sys.excepthook(type(exc), exc, exc.__traceback__)

