@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from honing.errors import RuntimeBuildError
-from honing.sandbox.launch import interpreter
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -77,6 +76,16 @@ class RuntimeStore:
             )
         return out
 
+    @staticmethod
+    def _digest(version: str, reqs: list[str], base: Path) -> str:
+        """Hash of the interpreter version, the requirements and any local files they name."""
+        h = hashlib.sha256(json.dumps([version, reqs]).encode())
+        for req in reqs:
+            local = base / req
+            if local.is_file():
+                h.update(local.read_bytes())
+        return h.hexdigest()[:16]
+
     def build(self, name: str, requirements_file: Path) -> RuntimeInfo:
         if not NAME_RE.match(name):
             raise RuntimeBuildError(
@@ -88,7 +97,7 @@ class RuntimeStore:
             raise RuntimeBuildError(f"{requirements_file}: cannot read: {exc.strerror}") from exc
         reqs = sorted({ln.split("#", 1)[0].strip() for ln in lines} - {""})
         version = ".".join(map(str, sys.version_info[:3]))
-        digest = hashlib.sha256(json.dumps([version, reqs]).encode()).hexdigest()[:16]
+        digest = self._digest(version, reqs, requirements_file.resolve().parent)
         target = self.dir / digest
         cached = (target / "COMPLETE").exists()
         started = time.perf_counter()
@@ -104,31 +113,19 @@ class RuntimeStore:
         staging = target.with_name(target.name + ".building")
         shutil.rmtree(staging, ignore_errors=True)
         (staging / "site-packages").mkdir(parents=True)
-        cmd = [
-            str(interpreter()),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-input",
-            "--disable-pip-version-check",
-            "--target",
-            str(staging / "site-packages"),
-            "-r",
-            str(requirements_file.resolve()),
-        ]
-        if not reqs:
-            cmd = cmd[:-2]
-        proc = None
         if reqs:
+            # pip of the running interpreter: the same version as the sandbox's, so wheels match.
+            cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-input",
+                   "--disable-pip-version-check", "--target", str(staging / "site-packages"),
+                   "-r", str(requirements_file.resolve())]  # fmt: skip
             proc = subprocess.run(
                 cmd, capture_output=True, text=True, cwd=requirements_file.resolve().parent
             )
-        if proc is not None and proc.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise RuntimeBuildError(
-                f"pip could not install {requirements_file}:\n{proc.stderr.strip()[-2000:]}"
-            )
+            if proc.returncode != 0:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise RuntimeBuildError(
+                    f"pip could not install {requirements_file}:\n{proc.stderr.strip()[-2000:]}"
+                )
         (staging / "requirements.txt").write_text("\n".join(reqs) + "\n")
         (staging / "COMPLETE").write_text("")
         shutil.rmtree(target, ignore_errors=True)

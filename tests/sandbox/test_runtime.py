@@ -1,0 +1,101 @@
+"""Named runtimes: built once with pip from a local wheel, cached by content, mounted read-only."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from honing.config import SandboxConfig
+from honing.errors import RuntimeBuildError
+from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
+
+
+def make_wheel(directory: Path, value: int) -> Path:
+    """A minimal pure-Python wheel for package `honingprobe` whose VALUE is `value`."""
+    wheel = directory / "honingprobe-1.0-py3-none-any.whl"
+    dist = "honingprobe-1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("honingprobe/__init__.py", f"VALUE = {value}\n")
+        z.writestr(f"{dist}/METADATA", "Metadata-Version: 2.1\nName: honingprobe\nVersion: 1.0\n")
+        z.writestr(
+            f"{dist}/WHEEL",
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
+        z.writestr(f"{dist}/RECORD", "")
+    return wheel
+
+
+@pytest.fixture
+def store_with_probe(tmp_path: Path) -> tuple[RuntimeStore, Path]:
+    wheel_dir = tmp_path / "wheels"
+    wheel_dir.mkdir()
+    wheel = make_wheel(wheel_dir, 42)
+    req = tmp_path / "requirements.txt"
+    req.write_text(f"{wheel}\n")
+    return RuntimeStore(home=tmp_path / "home"), req
+
+
+def test_build_is_cached_by_content(store_with_probe: tuple[RuntimeStore, Path]) -> None:
+    store, req = store_with_probe
+    first = store.build("probe", req)
+    assert not first.cached
+    assert (first.path / "honingprobe" / "__init__.py").read_text() == "VALUE = 42\n"
+    again = store.build("probe", req)
+    assert again.cached and again.id == first.id
+    # Same requirement text, different wheel content: a different runtime.
+    make_wheel(req.parent / "wheels", 43)
+    changed = store.build("probe", req)
+    assert changed.id != first.id and not changed.cached
+    assert [r.name for r in store.all()] == ["probe"]
+
+
+async def test_runtime_is_importable_and_read_only(
+    store_with_probe: tuple[RuntimeStore, Path],
+) -> None:
+    store, req = store_with_probe
+    store.build("probe", req)
+    code = (
+        "import honingprobe, os\n"
+        "print(honingprobe.VALUE)\n"
+        "try:\n"
+        "    open(os.path.join(os.path.dirname(honingprobe.__file__), 'x'), 'w')\n"
+        "    print('writable')\n"
+        "except OSError as e:\n"
+        "    print('read-only', e.errno)\n"
+    )
+    async with SandboxPool(SandboxConfig(pool_size=1, runtime="probe"), runtimes=store) as pool:
+        result = await pool.run(ExecRequest(code=code))
+    assert result.status is ExecStatus.OK, result.stderr
+    assert result.stdout.splitlines() == ["42", "read-only 30"]  # EROFS
+
+
+async def test_default_runtime_has_no_packages(store_with_probe: tuple[RuntimeStore, Path]) -> None:
+    store, _ = store_with_probe
+    async with SandboxPool(SandboxConfig(pool_size=1), runtimes=store) as pool:
+        result = await pool.run(ExecRequest(code="import honingprobe"))
+    assert result.status is ExecStatus.ERROR
+    assert "ModuleNotFoundError" in result.stderr
+
+
+async def test_unknown_runtime_says_how_to_build(tmp_path: Path) -> None:
+    pool = SandboxPool(SandboxConfig(runtime="nope"), runtimes=RuntimeStore(home=tmp_path))
+    with pytest.raises(RuntimeBuildError, match="honing sandbox runtime build nope"):
+        await pool.start()
+
+
+def test_failed_pip_install_is_reported(tmp_path: Path) -> None:
+    req = tmp_path / "requirements.txt"
+    req.write_text(f"{tmp_path / 'missing-1.0-py3-none-any.whl'}\n")
+    with pytest.raises(RuntimeBuildError, match="pip could not install"):
+        RuntimeStore(home=tmp_path / "home").build("broken", req)
+    with pytest.raises(RuntimeBuildError, match="is not built"):
+        RuntimeStore(home=tmp_path / "home").resolve("broken")
+
+
+def test_bad_name_is_rejected(tmp_path: Path) -> None:
+    req = tmp_path / "r.txt"
+    req.write_text("")
+    with pytest.raises(RuntimeBuildError, match="invalid"):
+        RuntimeStore(home=tmp_path).build("../evil", req)
