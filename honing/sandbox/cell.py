@@ -109,7 +109,8 @@ class Cell:
         proc = self._proc
         assert proc is not None and proc.stdout is not None
         try:
-            line = await asyncio.wait_for(proc.stdout.readline(), timeout_s)
+            async with asyncio.timeout(timeout_s):  # no extra task per job, unlike wait_for
+                line = await proc.stdout.readline()
         except TimeoutError:
             await self.kill()
             raise CellCrashed(f"cell {self.name} did not answer within {timeout_s:.1f}s") from None
