@@ -23,7 +23,11 @@ Not covered:
   * CPU-cache side channels and timing between cells; /proc of the cell shows the cell's own
     processes (the zygote's command line included, which holds no secret);
   * disk space of the workspace beyond the per-file size limit;
-  * `isolation: none`, which exists for development only and isolates nothing.
+  * `isolation: none`, which exists for development only and isolates nothing;
+  * when honing itself runs as root, the sandbox's user is root *outside* its user namespace
+    (with no capability, and seeing only read-only system files, its workspace and /tmp): a
+    kernel bug that breaks the namespace would then yield root. Run honing as an ordinary user
+    where you can.
 
 Speed: each cell is one long-lived bubblewrap sandbox whose pid 1 is a warm interpreter (the
 zygote) that forks one child per job, so a run costs a fork, not a process or sandbox start.

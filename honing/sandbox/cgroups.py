@@ -97,6 +97,17 @@ class CellCgroup:
                     d.rmdir()
 
 
+def _remove_stale(parent: Path) -> None:
+    """Remove groups left by honing processes that died without closing their pool."""
+    for group in parent.glob("honing-*-*"):
+        pid = group.name.split("-")[1]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        for d in [*(c for c in group.iterdir() if c.is_dir()), group]:
+            with contextlib.suppress(OSError):
+                d.rmdir()  # fails, harmlessly, while a process is still inside
+
+
 class PoolCgroups:
     """The pool's parent groups; `available` is False where no memory controller can be used."""
 
@@ -105,6 +116,9 @@ class PoolCgroups:
         self.pids: Path | None = None
         name = f"honing-{os.getpid()}-{secrets.token_hex(3)}"
         mem = _own_v1_path("memory")
+        for parent in (mem, _own_v1_path("pids")):
+            if parent is not None:
+                _remove_stale(parent)
         if mem is not None:
             with contextlib.suppress(OSError):
                 (mem / name).mkdir()

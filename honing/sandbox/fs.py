@@ -37,10 +37,17 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, onerror=fix_and_retry)
 
 
+def check_relpath(relpath: str) -> None:
+    """Refuse paths that cannot name a file inside a workspace: empty, absolute or with `..`."""
+    if not relpath or os.path.isabs(relpath) or ".." in Path(relpath).parts:
+        raise ValueError(
+            f"workspace file path {relpath!r} must be relative to the workspace, without '..'"
+        )
+
+
 def safe_target(root: Path, relpath: str) -> Path:
     """The path of `relpath` below `root`; refuses absolute paths, `..` and symlinked parents."""
-    if os.path.isabs(relpath) or not relpath:
-        raise ValueError(f"workspace path must be relative and non-empty: {relpath!r}")
+    check_relpath(relpath)
     target = root / relpath
     parent = Path(os.path.realpath(target.parent))
     real_root = Path(os.path.realpath(root))
@@ -59,6 +66,20 @@ def write_files(root: Path, files: dict[str, str | bytes]) -> None:
         fd = os.open(target, flags, 0o644)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+
+
+def read_file(root: Path, relpath: str) -> bytes:
+    """A regular file below `root`, opened without following a symlink at the last component
+    and with every parent inside `root`."""
+    target = safe_target(root, relpath)
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise FileNotFoundError(f"no regular file {relpath!r} in the workspace") from exc
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise FileNotFoundError(f"{relpath!r} in the workspace is not a regular file")
+        return f.read()
 
 
 def read_files(root: Path, patterns: list[str], max_bytes: int) -> dict[str, bytes]:

@@ -69,10 +69,8 @@ class Workspace:
         fs.write_files(self.path, {relpath: content})
 
     def read(self, relpath: str) -> bytes:
-        found = fs.read_files(self.path, [relpath], max_bytes=1 << 40)
-        if relpath not in found:
-            raise FileNotFoundError(f"workspace {self.id} has no regular file {relpath!r}")
-        return found[relpath]
+        """The bytes of a regular file in the workspace (never through a symlink)."""
+        return fs.read_file(self.path, relpath)
 
     def files(self) -> dict[str, bytes]:
         return fs.read_files(self.path, ["*"], max_bytes=1 << 40)
@@ -213,8 +211,12 @@ class SandboxPool:
         return list(await asyncio.gather(*(one(r) for r in requests)))
 
     async def run(self, request: ExecRequest) -> ExecResult:
+        """Run one request. A malformed request (a file path outside the workspace, an unknown
+        workspace) raises ValueError/KeyError before any cell is used."""
         if self.state is not PoolState.RUNNING:
             raise SandboxError(f"the pool is {self.state.value}; start it with `async with`")
+        for relpath in request.files:
+            fs.check_relpath(relpath)
         ws = self.get_workspace(request.workspace) if request.workspace else None
         if ws is not None:
             async with ws.lock:
@@ -262,7 +264,10 @@ class SandboxPool:
             if ws is not None:
                 fs.move_entries(ws.path, cell.workspace)
             fs.write_files(cell.workspace, req.files)
-        except (OSError, ValueError) as exc:
+        except ValueError:  # a path that would leave the workspace: the request's fault
+            self._return_workspace(cell, ws)
+            raise
+        except OSError as exc:
             self._return_workspace(cell, ws)
             return ExecResult(ExecStatus.SANDBOX_ERROR, error=f"workspace setup: {exc}"), True
         oom_before = cell.oom_kills
