@@ -39,7 +39,7 @@ class SandboxConfig(StrictModel):
     )
     timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit per execution.")
     cpu_s: float | None = Field(
-        None, gt=0, description="CPU-time limit per execution; default: the wall-clock limit."
+        None, gt=0, description="CPU-time limit per process; default: wall-clock limit + 1 s."
     )
     memory_mb: int = Field(512, ge=16, description="Memory limit per execution, in MiB.")
     max_procs: int = Field(32, ge=1, description="Processes (and threads) one execution may run.")

@@ -21,6 +21,9 @@ from honing.sandbox.cgroups import CellCgroup
 from honing.sandbox.launch import Launcher, clean_env
 
 START_TIMEOUT_S = 30.0
+CELL_PROCESSES = 2  # bubblewrap's monitor and the zygote, counted in the cell's pids cgroup
+# A reply holds both streams JSON-escaped (a control byte becomes 6 characters).
+READER_LIMIT = 1 << 31
 # Joins the cell's cgroups before bubblewrap starts, so nothing of the cell runs outside them.
 JOIN_CGROUPS = 'for f in $HONING_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"'
 
@@ -40,6 +43,7 @@ class Cell:
         self.jobs_run = 0
         self._proc: asyncio.subprocess.Process | None = None
         self._memory_limit: int | None = None
+        self._max_procs: int | None = None
 
     @property
     def alive(self) -> bool:
@@ -60,7 +64,7 @@ class Cell:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,
                 env=env,
-                limit=64 * 1024 * 1024,
+                limit=READER_LIMIT,
             )
         try:
             ready = await self._read_line(START_TIMEOUT_S)
@@ -96,13 +100,18 @@ class Cell:
             raise CellCrashed(f"cell {self.name} zygote failed: {result['internal_error']}")
         return result
 
-    def set_memory_limit(self, job_bytes: int) -> None:
+    def set_limits(self, job_bytes: int, job_procs: int) -> None:
+        """Point the cell's cgroup limits at one job (written only when they change)."""
         if self.cgroup is None:
             return
         limit = self.baseline_bytes + job_bytes
         if limit != self._memory_limit:
             self.cgroup.set_memory_limit(limit)
             self._memory_limit = limit
+        procs = job_procs + CELL_PROCESSES
+        if procs != self._max_procs:
+            self.cgroup.set_max_procs(procs)
+            self._max_procs = procs
         self.cgroup.reset_peak()
 
     async def _read_line(self, timeout_s: float) -> dict[str, Any]:

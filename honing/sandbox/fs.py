@@ -2,8 +2,10 @@
 
 A job controls everything in its workspace, symlinks included. The host therefore never follows a
 symlink it finds there: input files are written only below the workspace's real path and opened
-with O_NOFOLLOW, output files are read only when they are regular files, and moving or deleting
-entries acts on the entries themselves, never on what a link points to.
+with O_NOFOLLOW, output files are read only when they are regular files (opened non-blocking, so a
+FIFO cannot hang the host), and moving, copying or deleting entries acts on the entries
+themselves, never on what a link points to; snapshots copy regular files, directories and links
+and leave out FIFOs, sockets and device nodes.
 """
 
 from __future__ import annotations
@@ -61,25 +63,38 @@ def write_files(root: Path, files: dict[str, str | bytes]) -> None:
         target = safe_target(root, relpath)
         target.parent.mkdir(parents=True, exist_ok=True)
         safe_target(root, relpath)  # re-check: mkdir may have walked a link planted meanwhile
+        with contextlib.suppress(FileNotFoundError):
+            if not stat.S_ISDIR(os.lstat(target).st_mode):
+                os.unlink(target)  # whatever the job left there (a link, a FIFO…) is replaced
         data = content.encode() if isinstance(content, str) else content
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-        fd = os.open(target, flags, 0o644)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
 
 
-def read_file(root: Path, relpath: str) -> bytes:
-    """A regular file below `root`, opened without following a symlink at the last component
-    and with every parent inside `root`."""
-    target = safe_target(root, relpath)
+def _open_regular(path: str | Path) -> int | None:
+    """An fd of the regular file at `path`, or None (a link, FIFO, socket, device, missing)."""
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        raise FileNotFoundError(f"no regular file {relpath!r} in the workspace") from exc
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _read_capped(fd: int, max_bytes: int) -> bytes:
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise FileNotFoundError(f"{relpath!r} in the workspace is not a regular file")
-        return f.read()
+        return f.read(min(max_bytes, os.fstat(fd).st_size))
+
+
+def read_file(root: Path, relpath: str) -> bytes:
+    """A regular file below `root`, never reached through a symlink."""
+    fd = _open_regular(safe_target(root, relpath))
+    if fd is None:
+        raise FileNotFoundError(f"no regular file {relpath!r} in the workspace")
+    return _read_capped(fd, os.fstat(fd).st_size)
 
 
 def read_files(root: Path, patterns: list[str], max_bytes: int) -> dict[str, bytes]:
@@ -91,17 +106,26 @@ def read_files(root: Path, patterns: list[str], max_bytes: int) -> dict[str, byt
         rel_dir = os.path.relpath(dirpath, root)
         for name in filenames:
             rel = name if rel_dir == "." else os.path.join(rel_dir, name)
-            if not any(fnmatch.fnmatch(rel, p) for p in patterns):
-                continue
-            try:
-                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY | os.O_NOFOLLOW)
-            except OSError:
-                continue  # a symlink or unreadable: never followed
-            with os.fdopen(fd, "rb") as f:
-                if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    found[rel] = f.read(max_bytes)
+            if any(fnmatch.fnmatch(rel, p) for p in patterns):
+                fd = _open_regular(os.path.join(dirpath, name))
+                if fd is not None:
+                    found[rel] = _read_capped(fd, max_bytes)
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
     return found
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """Copy regular files, directories and symlinks (as links); skip FIFOs, sockets, devices."""
+
+    def special(directory: str, names: list[str]) -> set[str]:
+        skip = set()
+        for name in names:
+            mode = os.lstat(os.path.join(directory, name)).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                skip.add(name)
+        return skip
+
+    shutil.copytree(src, dst, symlinks=True, ignore=special, dirs_exist_ok=True)
 
 
 def move_entries(src: Path, dst: Path) -> None:

@@ -8,8 +8,8 @@ The filesystem a cell sees (all read-only except /workspace and /tmp):
     /opt/honing/zygote.py         the warm interpreter's server
     /opt/honing/runtime           the packages of a named runtime, when one is used
     /workspace                    this cell's workspace (read-write, emptied after each job)
-    /tmp                          a private tmpfs of fixed size, emptied after each job
-    /proc, /dev                   the cell's own pid namespace; a minimal /dev (null, zero, random…)
+    /tmp, /dev/shm                private tmpfs of fixed size each, emptied after each job
+    /proc, /dev                   the cell's own pid namespace; a minimal read-only /dev
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ INSIDE_ZYGOTE = "/opt/honing/zygote.py"
 INSIDE_RUNTIME = "/opt/honing/runtime"
 INSIDE_WORKSPACE = "/workspace"
 INSIDE_TMP = "/tmp"
+INSIDE_SHM = "/dev/shm"
 SANDBOX_UID = 1000
 INSTALL_HINT = (
     "bubblewrap (bwrap) is needed to isolate executions and was not found on PATH. Install it: "
@@ -98,6 +99,8 @@ class Launcher:
         args += [
             "--proc", "/proc",
             "--dev", "/dev",
+            "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", INSIDE_SHM,
+            "--remount-ro", "/dev",  # device nodes still work; no files left in /dev
             "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", INSIDE_TMP,
             "--bind", str(workspace), INSIDE_WORKSPACE,
             "--chdir", INSIDE_WORKSPACE,
@@ -106,8 +109,7 @@ class Launcher:
         for key, value in clean_env().items():
             args += ["--setenv", key, value]
         args += ["--", python, "-I", "-S", "-B", INSIDE_ZYGOTE, INSIDE_WORKSPACE, INSIDE_TMP]
-        if runtime:
-            args.append(runtime)
+        args += [runtime, INSIDE_SHM]
         return args
 
 

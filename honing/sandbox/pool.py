@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import signal
 import tempfile
 import uuid
@@ -73,12 +72,13 @@ class Workspace:
         return fs.read_file(self.path, relpath)
 
     def files(self) -> dict[str, bytes]:
+        """Every regular file in the workspace, by relative path."""
         return fs.read_files(self.path, ["*"], max_bytes=1 << 40)
 
     def snapshot(self) -> str:
         """Copy the current contents aside; returns the id to `restore` later."""
         snapshot_id = uuid.uuid4().hex[:12]
-        shutil.copytree(self.path, self._snapshots / snapshot_id, symlinks=True)
+        fs.copy_tree(self.path, self._snapshots / snapshot_id)
         return snapshot_id
 
     def restore(self, snapshot_id: str) -> None:
@@ -86,7 +86,7 @@ class Workspace:
         if not source.is_dir():
             raise KeyError(f"workspace {self.id} has no snapshot {snapshot_id!r}")
         fs.wipe(self.path)
-        shutil.copytree(source, self.path, symlinks=True, dirs_exist_ok=True)
+        fs.copy_tree(source, self.path)
 
 
 class SandboxPool:
@@ -173,8 +173,6 @@ class SandboxPool:
         name = f"cell-{self._counter}"
         cgroup = self._cgroups.cell(name) if self._cgroups is not None else None
         cell = Cell(name, self.root / "cells" / name, self._launcher, cgroup)
-        if cgroup is not None:
-            cgroup.set_max_procs(self.config.max_procs + 2)  # + bubblewrap and the zygote
         self._cells[name] = cell
         try:
             await cell.start()
@@ -224,12 +222,16 @@ class SandboxPool:
         return await self._run_on_cell(request, None)
 
     async def _run_on_cell(self, request: ExecRequest, ws: Workspace | None) -> ExecResult:
-        cell = await self._idle.get()
-        if cell is None:  # the pool could not replace crashed cells
-            self._idle.put_nowait(None)
-            return ExecResult(
-                ExecStatus.SANDBOX_ERROR, error=f"sandbox pool broken: {self._broken}"
-            )
+        while True:
+            cell = await self._idle.get()
+            if cell is None:  # the pool could not replace crashed cells
+                self._idle.put_nowait(None)
+                return ExecResult(
+                    ExecStatus.SANDBOX_ERROR, error=f"sandbox pool broken: {self._broken}"
+                )
+            if cell.alive:
+                break
+            self._replace(cell)  # it died while idle: blame no job, take the next cell
         healthy = True
         try:
             result, healthy = await self._execute(cell, request, ws)
@@ -247,6 +249,7 @@ class SandboxPool:
         timeout = req.timeout_s if req.timeout_s is not None else cfg.timeout_s
         memory = (req.memory_mb if req.memory_mb is not None else cfg.memory_mb) * MiB
         use_cgroup = cell.cgroup is not None
+        max_procs = req.max_procs or cfg.max_procs
         job: dict[str, Any] = {
             "code": req.code,
             "filename": req.filename,
@@ -254,9 +257,12 @@ class SandboxPool:
             "stdin": req.stdin,
             "env": req.env,
             "timeout_s": timeout,
-            "cpu_s": req.cpu_s or cfg.cpu_s or timeout,
-            "memory_bytes": 0 if use_cgroup else memory,
-            "max_procs": req.max_procs or cfg.max_procs,
+            # By default one second past the wall clock, so that a busy single process always
+            # meets the wall-clock limit first; the CPU limit catches multi-threaded burners.
+            "cpu_s": req.cpu_s or cfg.cpu_s or timeout + 1.0,
+            "memory_bytes": memory,
+            "rlimit_as": not use_cgroup,  # without a cgroup, the address-space limit
+            "max_procs": max_procs,
             "max_output_bytes": req.max_output_bytes or cfg.max_output_bytes,
             "max_file_bytes": (req.max_file_mb or cfg.max_file_mb) * MiB,
         }
@@ -272,7 +278,7 @@ class SandboxPool:
             return ExecResult(ExecStatus.SANDBOX_ERROR, error=f"workspace setup: {exc}"), True
         oom_before = cell.oom_kills
         try:
-            cell.set_memory_limit(memory)
+            cell.set_limits(memory, max_procs)
             reply = await cell.execute(job, timeout + HARD_DEADLINE_GRACE_S)
         except (CellCrashed, OSError) as exc:
             oom = cell.cgroup is not None and _safe_oom_kills(cell) > oom_before
@@ -286,7 +292,7 @@ class SandboxPool:
             return ExecResult(ExecStatus.SANDBOX_ERROR, error=str(exc)), False
         files = fs.read_files(cell.workspace, req.output_files, job["max_file_bytes"])
         self._return_workspace(cell, ws)
-        result = self._classify(cell, reply, memory, oom_before)
+        result = self._classify(cell, reply, job, oom_before)
         result.files = files
         return result, True
 
@@ -297,7 +303,7 @@ class SandboxPool:
         fs.wipe(cell.workspace)
 
     def _classify(
-        self, cell: Cell, reply: dict[str, Any], memory: int, oom_before: int
+        self, cell: Cell, reply: dict[str, Any], job: dict[str, Any], oom_before: int
     ) -> ExecResult:
         result = ExecResult(
             status=ExecStatus.OK,
@@ -309,8 +315,9 @@ class SandboxPool:
             stderr_truncated=reply["stderr_truncated"],
             wall_s=reply["wall_s"],
             cpu_s=reply["cpu_s"],
-            memory_enforcement=self.memory_enforcement,
+            memory_enforcement="cgroup" if cell.cgroup is not None else "rlimit_as",
         )
+        memory = int(job["memory_bytes"])
         oom = False
         if cell.cgroup is not None:
             result.peak_memory_mb = max(0, cell.cgroup.peak() - cell.baseline_bytes) / MiB
@@ -329,7 +336,8 @@ class SandboxPool:
         elif oom:
             result.status = ExecStatus.MEMORY_LIMIT
             result.error = f"memory limit of {memory // MiB} MiB exceeded"
-        elif sig == signal.SIGXCPU:
+        elif sig == signal.SIGXCPU or (sig == signal.SIGKILL and result.cpu_s >= job["cpu_s"]):
+            # SIGXCPU at the soft limit; SIGKILL at the hard one when SIGXCPU was ignored
             result.status = ExecStatus.TIMEOUT
             result.error = "CPU-time limit reached"
         elif sig is not None:

@@ -4,7 +4,8 @@ This file runs *inside* the cell (`python -I -S -B zygote.py ...`) and so uses o
 library and never imports honing. Protocol, one JSON object per line:
 
     host → zygote   {"code", "filename", "argv", "stdin", "env", "timeout_s", "cpu_s",
-                     "memory_bytes" (RLIMIT_AS, 0 = none), "max_procs", "max_output_bytes",
+                     "memory_bytes", "rlimit_as" (enforce memory_bytes as RLIMIT_AS, where
+                     the cell has no memory cgroup), "max_procs", "max_output_bytes",
                      "max_file_bytes"}
     zygote → host   {"ready": true, "pid"} once at start, then per job:
                     {"exit_code", "signal", "stdout", "stderr", "stdout_truncated",
@@ -43,6 +44,7 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 READ_CHUNK = 65536
 GC_EVERY = 256
+COMPILE_IN_PARENT_MAX = 256 * 1024  # characters
 
 # Imported once here so that forked jobs find them warm (HumanEval-style programs use these).
 PREIMPORT = (
@@ -75,10 +77,38 @@ def _wipe(path: str) -> None:
             pass
 
 
+IPC_RMID = 0
+SYSV_IPC = ("shm", "sem", "msg")
+
+
+def _remove_sysv_ipc() -> None:
+    """Remove every System V IPC object of the cell's IPC namespace (a job may leave some)."""
+    for kind in SYSV_IPC:
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        if not rows:
+            continue
+        libc = ctypes.CDLL(None, use_errno=True)
+        for row in rows:
+            ident = int(row.split()[1])
+            if kind == "shm":
+                libc.shmctl(ident, IPC_RMID, None)
+            elif kind == "sem":
+                libc.semctl(ident, 0, IPC_RMID)
+            else:
+                libc.msgctl(ident, IPC_RMID, None)
+
+
 class Zygote:
-    def __init__(self, workspace: str, tmp: str, runtime_path: str | None) -> None:
+    def __init__(
+        self, workspace: str, tmp: str, runtime_path: str | None, scratch: tuple[str, ...] = ()
+    ) -> None:
         self.workspace = workspace
         self.tmp = tmp
+        self.scratch = (tmp, *scratch)  # emptied after every job
         self.is_init = os.getpid() == 1
         if runtime_path:
             sys.path.insert(0, runtime_path)
@@ -137,10 +167,13 @@ class Zygote:
         # Compile here, in the long-lived process, not in the child: a fresh fork pays ~3x for
         # the parser's allocations (copy-on-write and first-touch page faults). The child
         # inherits the code object; a compile error is the program's error, raised there.
-        try:
-            compiled: types.CodeType | Exception = compile(job["code"], job["filename"], "exec")
-        except Exception as exc:  # SyntaxError, ValueError (NUL bytes), RecursionError…
-            compiled = exc
+        # Sources past COMPILE_IN_PARENT_MAX compile in the child, under the job's own limits.
+        compiled: types.CodeType | Exception | None = None
+        if len(job["code"]) <= COMPILE_IN_PARENT_MAX:
+            try:
+                compiled = compile(job["code"], job["filename"], "exec")
+            except Exception as exc:  # SyntaxError, ValueError (NUL bytes), RecursionError…
+                compiled = exc
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             self._child(job, compiled, stdin_fd, out_w, err_w)
@@ -152,7 +185,10 @@ class Zygote:
         finally:
             os.close(out_r)
             os.close(err_r)
-            _wipe(self.tmp)
+            for directory in self.scratch:
+                _wipe(directory)
+            if self.is_init:  # the IPC namespace is the cell's own only under bubblewrap
+                _remove_sysv_ipc()
 
     def _supervise(
         self, job: dict[str, Any], pid: int, out_r: int, err_r: int, start: float
@@ -261,7 +297,7 @@ class Zygote:
     def _child(
         self,
         job: dict[str, Any],
-        compiled: types.CodeType | Exception,
+        compiled: types.CodeType | Exception | None,
         stdin_fd: int,
         out_w: int,
         err_w: int,
@@ -279,11 +315,12 @@ class Zygote:
             cpu = max(1, int(float(job["cpu_s"]) + 0.999))
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # no POSIX queues to leave
             fsize = int(job["max_file_bytes"])
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
             nproc = int(job["max_procs"])
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-            if job["memory_bytes"]:
+            if job["rlimit_as"]:
                 mem = int(job["memory_bytes"])
                 resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
             os.dup2(stdin_fd, 0)
@@ -309,12 +346,17 @@ class Zygote:
 
 
 def _exec_main(
-    compiled: types.CodeType | Exception, source: str, filename: str, argv: list[str]
+    compiled: types.CodeType | Exception | None, source: str, filename: str, argv: list[str]
 ) -> int:
-    """Run `compiled` as `__main__` the way `python FILE` would; return the exit code."""
+    """Run the program as `__main__` the way `python FILE` would; return the exit code."""
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    if compiled is None:
+        try:
+            compiled = compile(source, filename, "exec")
+        except Exception as exc:
+            compiled = exc
     if isinstance(compiled, Exception):  # the source did not compile: report it as python does
-        sys.excepthook(type(compiled), compiled.with_traceback(None), None)
+        traceback.print_exception(compiled.with_traceback(None))
         return 1
     main = types.ModuleType("__main__")
     main.__file__ = filename
@@ -330,16 +372,19 @@ def _exec_main(
         print(exc.code, file=sys.stderr)
         return 1
     except BaseException as exc:
-        if exc.__traceback__ is not None:  # hide this frame: show the traceback python would
-            exc.__traceback__ = exc.__traceback__.tb_next
-        sys.excepthook(type(exc), exc, exc.__traceback__)
+        # Like python's own report, minus this frame; traceback (unlike the C hook) reads the
+        # source from linecache, where the program's text was put above.
+        tb = exc.__traceback__
+        traceback.print_exception(exc.with_traceback(tb.tb_next if tb else None))
         return 1
     return 0
 
 
 def main(argv: list[str]) -> None:
-    workspace, tmp, runtime_path = argv[1], argv[2], (argv[3] if len(argv) > 3 else "")
-    Zygote(workspace, tmp, runtime_path or None).serve()
+    """argv: WORKSPACE TMP [RUNTIME_PATH [SCRATCH_DIR ...]] (RUNTIME_PATH may be empty)."""
+    workspace, tmp = argv[1], argv[2]
+    runtime_path = argv[3] if len(argv) > 3 else ""
+    Zygote(workspace, tmp, runtime_path or None, tuple(argv[4:])).serve()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,134 @@
+"""Shared fixtures: sandbox pools, unique tokens, and host-side probes (processes, helpers)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from honing.sandbox import SandboxConfig, SandboxPool
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def project_dir() -> Path:
+    """The honing checkout on the host (must be invisible inside the sandbox)."""
+    return PROJECT_DIR
+
+
+def _bwrap_missing() -> bool:
+    return shutil.which("bwrap") is None
+
+
+def config(**overrides: object) -> SandboxConfig:
+    """A small, fast pool configuration for tests."""
+    values: dict[str, object] = {"pool_size": 2, "timeout_s": 10.0}
+    values.update(overrides)
+    return SandboxConfig(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[SandboxPool]:
+    """A started two-cell bubblewrap pool, closed after the test."""
+    if _bwrap_missing():
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    async with SandboxPool(config()) as p:
+        yield p
+
+
+@pytest.fixture
+async def pool1() -> AsyncIterator[SandboxPool]:
+    """A one-cell pool: consecutive runs are guaranteed to share the same cell."""
+    if _bwrap_missing():
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    async with SandboxPool(config(pool_size=1)) as p:
+        yield p
+
+
+@pytest.fixture
+def token() -> str:
+    """A unique marker that appears nowhere on the machine before the test."""
+    return "honingtok" + secrets.token_hex(8)
+
+
+@pytest.fixture
+def sleep_token() -> str:
+    """A unique, valid `sleep` duration (minutes long) to find an exec'd `sleep` on the host."""
+    return f"{random.randint(600, 899)}.{secrets.randbelow(10**9):09d}{random.randint(1, 9)}"
+
+
+def _host_pids_with(marker: str) -> list[int]:
+    """Host pids whose command line contains `marker` (the sandbox's pids are visible here)."""
+    found = []
+    needle = marker.encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = Path(entry.path, "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def host_pids_with() -> Callable[[str], list[int]]:
+    """`host_pids_with(marker)`: host pids whose command line contains `marker`."""
+    return _host_pids_with
+
+
+@pytest.fixture
+def make_config() -> Callable[..., SandboxConfig]:
+    """`make_config(**overrides)`: a small, fast `SandboxConfig` for tests (skips without bwrap)."""
+
+    def make(**overrides: object) -> SandboxConfig:
+        cfg = config(**overrides)
+        if cfg.isolation == "bwrap" and _bwrap_missing():
+            pytest.skip("bubblewrap (bwrap) is not installed")
+        return cfg
+
+    return make
+
+
+@pytest.fixture
+def host_helper(token: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A host process whose command line carries `token`; killed after the test."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", token],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def home_secret(token: str) -> Iterator[Path | None]:
+    """A secret file in the host user's home, removed after the test (None if unwritable)."""
+    path = Path.home() / f".honing-test-secret-{token}"
+    try:
+        path.write_text(f"home secret {token}\n")
+    except OSError:
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()

@@ -1,0 +1,168 @@
+"""The pool: many concurrent jobs, crashed cells, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from honing.errors import SandboxError
+from honing.sandbox import ExecRequest, ExecStatus, SandboxPool
+from honing.sandbox.cell import Cell
+
+
+async def test_200_mixed_jobs_are_all_reported_correctly(make_config) -> None:
+    requests: list[ExecRequest] = []
+    expected: list[tuple[ExecStatus, str]] = []
+    for i in range(200):
+        kind = i % 20
+        if kind < 14:
+            requests.append(
+                ExecRequest(code=f"import sys; print(sys.argv[1], {i} * 2)", argv=[str(i)])
+            )
+            expected.append((ExecStatus.OK, f"{i} {i * 2}\n"))
+        elif kind < 17:
+            requests.append(ExecRequest(code=f"print('before {i}'); raise SystemExit({kind})"))
+            expected.append((ExecStatus.ERROR, f"before {i}\n"))
+        elif kind < 19:
+            requests.append(
+                ExecRequest(code="x = bytearray(256 << 20)\nprint('allocated')", memory_mb=32)
+            )
+            expected.append((ExecStatus.MEMORY_LIMIT, ""))
+        else:
+            requests.append(
+                ExecRequest(code=f"print('sleeping {i}', flush=True)\nimport time; time.sleep(60)",
+                            timeout_s=1)
+            )  # fmt: skip
+            expected.append((ExecStatus.TIMEOUT, f"sleeping {i}\n"))
+    async with SandboxPool(make_config(pool_size=4)) as pool:
+        results = await pool.run_many(requests, concurrency=64)  # more in flight than cells
+        assert len(pool._cells) == 4  # no cell was lost on the way
+    assert len(results) == 200
+    for i, (result, (status, stdout)) in enumerate(zip(results, expected, strict=True)):
+        assert result.status is status, (i, result)
+        assert result.stdout == stdout, (i, result)
+    errors = [r for r, (s, _) in zip(results, expected, strict=True) if s is ExecStatus.ERROR]
+    assert {r.exit_code for r in errors} == {14, 15, 16}
+    assert sum(r.status is ExecStatus.OK for r in results) == 140
+
+
+async def _wait_for(predicate, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+async def test_crashed_cell_fails_only_its_job_and_loses_no_queued_work(
+    pool: SandboxPool, token: str
+) -> None:
+    marker = f"started-{token}"
+    victim = ExecRequest(
+        code=f"open({marker!r}, 'w').close()\nimport time; time.sleep(60)", timeout_s=120
+    )
+    neighbour = ExecRequest(code="import time; time.sleep(1); print('neighbour')")
+    queued = [ExecRequest(code=f"print({i})") for i in range(8)]
+    batch = asyncio.ensure_future(pool.run_many([victim, neighbour, *queued], concurrency=10))
+
+    def victim_cell() -> Cell | None:
+        for cell in pool._cells.values():
+            if (cell.workspace / marker).exists():
+                return cell
+        return None
+
+    await _wait_for(lambda: victim_cell() is not None)
+    cell = victim_cell()
+    assert cell is not None and cell._proc is not None
+    os.kill(cell._proc.pid, signal.SIGKILL)  # the cell dies from outside, mid-job
+    results = await asyncio.wait_for(batch, 60)
+
+    assert results[0].status is ExecStatus.SANDBOX_ERROR, results[0]  # not the program's error
+    assert results[0].error
+    assert results[1].status is ExecStatus.OK and results[1].stdout == "neighbour\n"
+    assert [r.stdout for r in results[2:]] == [f"{i}\n" for i in range(8)]
+    assert all(r.status is ExecStatus.OK for r in results[2:])
+    after = await pool.run_many([ExecRequest(code=f"print({i})") for i in range(6)])
+    assert [r.stdout for r in after] == [f"{i}\n" for i in range(6)]
+    assert len(pool._cells) == 2
+    assert cell.name not in pool._cells
+    assert all(c.alive for c in pool._cells.values())
+
+
+async def test_a_cell_that_died_while_idle_fails_no_job(pool: SandboxPool) -> None:
+    cell = next(iter(pool._cells.values()))
+    assert cell._proc is not None
+    os.kill(cell._proc.pid, signal.SIGKILL)
+    await _wait_for(lambda: not cell.alive)
+    # The dead cell still sits in the idle queue; no job has run on it.
+    results = await pool.run_many([ExecRequest(code=f"print({i})") for i in range(4)])
+    assert [r.status for r in results] == [ExecStatus.OK] * 4, [r.error for r in results]
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(4)]
+
+
+async def test_both_cells_crash_and_the_pool_recovers(pool: SandboxPool, token: str) -> None:
+    marker = f"started-{token}"
+    victim = ExecRequest(code=f"open({marker!r}, 'w').close()\nimport time; time.sleep(60)")
+    batch = asyncio.ensure_future(
+        pool.run_many([victim, victim, *[ExecRequest(code="print('q')")] * 4], concurrency=6)
+    )
+    started = lambda: [c for c in pool._cells.values() if (c.workspace / marker).exists()]  # noqa: E731
+    await _wait_for(lambda: len(started()) == 2)
+    for cell in started():
+        assert cell._proc is not None
+        os.kill(cell._proc.pid, signal.SIGKILL)
+    results = await asyncio.wait_for(batch, 60)
+    assert [r.status for r in results[:2]] == [ExecStatus.SANDBOX_ERROR] * 2
+    assert [r.stdout for r in results[2:]] == ["q\n"] * 4
+
+
+async def test_jobs_on_one_workspace_run_one_at_a_time(pool: SandboxPool) -> None:
+    ws = pool.workspace()
+    ws.write("log.txt", "")
+    program = (
+        "import time\nwith open('log.txt', 'a') as f:\n    f.write('start\\n')\n"
+        "time.sleep(0.05)\nwith open('log.txt', 'a') as f:\n    f.write('end\\n')\n"
+    )
+    results = await pool.run_many([ExecRequest(code=program, workspace=ws.id)] * 6, concurrency=6)
+    assert all(r.status is ExecStatus.OK for r in results)
+    log = (ws.path / "log.txt").read_text()
+    assert log == "start\nend\n" * 6  # no lost update, no interleaving
+
+
+async def test_unknown_workspace_is_an_error(pool: SandboxPool) -> None:
+    with pytest.raises(KeyError, match="no workspace"):
+        await pool.run(ExecRequest(code="pass", workspace="does-not-exist"))
+
+
+async def test_lifecycle(make_config) -> None:
+    pool = SandboxPool(make_config())
+    with pytest.raises(SandboxError):
+        await pool.run(ExecRequest(code="pass"))  # not started
+    with pytest.raises(SandboxError):
+        _ = pool.root
+    async with pool:
+        root = pool.root
+        cells = list(pool._cells.values())
+        assert root.is_dir() and len(cells) == 2
+        assert (await pool.run(ExecRequest(code="print(1)"))).stdout == "1\n"
+        with pytest.raises(SandboxError):
+            await pool.start()  # only once
+    assert not root.exists()  # workspaces and cells are cleaned up
+    assert not any(c.alive for c in cells)
+    for c in cells:
+        if c.cgroup is not None:
+            assert not c.cgroup.memory.exists()
+    with pytest.raises(SandboxError):
+        await pool.run(ExecRequest(code="pass"))  # closed
+    await pool.close()  # idempotent
+
+
+async def test_pool_root_from_config(make_config, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    async with SandboxPool(make_config(pool_size=1, root=tmp_path / "pools")) as pool:
+        assert pool.root.parent == tmp_path / "pools"
+        assert (await pool.run(ExecRequest(code="print('x')"))).stdout == "x\n"
+    assert list((tmp_path / "pools").iterdir()) == []
