@@ -144,6 +144,12 @@ class Cell:
         text = data.decode(errors="replace").strip()
         return text or f"exit status {self._proc.returncode if self._proc else None}"
 
+    def kill_now(self) -> None:
+        """SIGKILL the cell without waiting (bubblewrap takes its namespace down with it)."""
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+
     async def kill(self) -> None:
         proc = self._proc
         if proc is None:

@@ -232,10 +232,13 @@ class SandboxPool:
             if cell.alive:
                 break
             self._replace(cell)  # it died while idle: blame no job, take the next cell
-        healthy = True
+        healthy = False  # unless the run ends normally: a cancelled run leaves the cell busy
         try:
             result, healthy = await self._execute(cell, request, ws)
             return result
+        except ValueError:
+            healthy = True  # refused before the cell ran anything
+            raise
         finally:
             if healthy and cell.alive:
                 self._idle.put_nowait(cell)
@@ -280,6 +283,10 @@ class SandboxPool:
         try:
             cell.set_limits(memory, max_procs)
             reply = await cell.execute(job, timeout + HARD_DEADLINE_GRACE_S)
+        except asyncio.CancelledError:
+            cell.kill_now()  # its zygote is still busy with this job: the cell goes
+            self._return_workspace(cell, ws)
+            raise
         except (CellCrashed, OSError) as exc:
             oom = cell.cgroup is not None and _safe_oom_kills(cell) > oom_before
             self._return_workspace(cell, ws)

@@ -166,3 +166,14 @@ async def test_pool_root_from_config(make_config, tmp_path) -> None:  # type: ig
         assert pool.root.parent == tmp_path / "pools"
         assert (await pool.run(ExecRequest(code="print('x')"))).stdout == "x\n"
     assert list((tmp_path / "pools").iterdir()) == []
+
+
+async def test_a_cancelled_run_does_not_leak_its_reply_into_the_next(pool1: SandboxPool) -> None:
+    slow = ExecRequest(code="import time; time.sleep(30); print('stale')", timeout_s=60)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(pool1.run(slow), 0.5)
+    # The only cell was busy with the cancelled job: it is replaced, and the next run gets its
+    # own reply, not the cancelled one's.
+    result = await pool1.run(ExecRequest(code="print('fresh')"))
+    assert result.status is ExecStatus.OK, result
+    assert result.stdout == "fresh\n"
