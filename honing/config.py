@@ -32,7 +32,7 @@ class SandboxConfig(StrictModel):
         "'none': no isolation, for development where bubblewrap is missing; warns at every start.",
     )
     pool_size: int | None = Field(
-        None, ge=1, description="Number of warm cells; default: the number of CPUs."
+        None, ge=1, description="Number of warm cells; default: the CPUs this process may use."
     )
     runtime: str | None = Field(
         None, description="Named runtime from `honing sandbox runtime build`; default: stdlib only."
@@ -57,7 +57,7 @@ class SandboxConfig(StrictModel):
 
     @property
     def size(self) -> int:
-        return self.pool_size or os.cpu_count() or 1
+        return self.pool_size or len(os.sched_getaffinity(0)) or 1
 
 
 M = TypeVar("M", bound=BaseModel)
