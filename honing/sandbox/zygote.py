@@ -144,6 +144,9 @@ class Zygote:
             except Exception as exc:  # a bug here must not take the cell down silently
                 result = {"internal_error": f"{type(exc).__name__}: {exc}"}
             self._reply(out, result)
+            # Clean up after replying: the host handles the reply meanwhile, and the next job
+            # is read only once this is done.
+            self._cleanup()
             self.jobs += 1
             if self.jobs % GC_EVERY == 0:
                 gc.collect()
@@ -185,10 +188,13 @@ class Zygote:
         finally:
             os.close(out_r)
             os.close(err_r)
-            for directory in self.scratch:
-                _wipe(directory)
-            if self.is_init:  # the IPC namespace is the cell's own only under bubblewrap
-                _remove_sysv_ipc()
+
+    def _cleanup(self) -> None:
+        """Leave nothing of the last job for the next: scratch directories, SysV IPC objects."""
+        for directory in self.scratch:
+            _wipe(directory)
+        if self.is_init:  # the IPC namespace is the cell's own only under bubblewrap
+            _remove_sysv_ipc()
 
     def _supervise(
         self, job: dict[str, Any], pid: int, out_r: int, err_r: int, start: float
