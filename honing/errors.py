@@ -5,6 +5,7 @@
     └── SandboxError                 the sandbox itself failed (never the program it ran)
         ├── SandboxUnavailable       isolation cannot be set up here (bubblewrap missing, …)
         ├── CellCrashed              a cell died or stopped answering; the pool replaces it
+        ├── WorkspaceBusy            a workspace was touched while a run was using it
         └── RuntimeBuildError        `honing sandbox runtime build` could not build a runtime
 
 A program that fails inside the sandbox is not an exception: it is an `ExecResult` whose status
@@ -30,6 +31,10 @@ class SandboxUnavailable(SandboxError):
 
 class CellCrashed(SandboxError):
     """A sandbox cell died or stopped answering its protocol."""
+
+
+class WorkspaceBusy(SandboxError):
+    """A persistent workspace was read, written or restored while a run was using it."""
 
 
 class RuntimeBuildError(SandboxError):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,6 @@ class Cell:
         self.cgroup = cgroup
         self.baseline_bytes = 0
         self.oom_kills = 0  # the cgroup's OOM-kill count after the last job
-        self.jobs_run = 0
         self._proc: asyncio.subprocess.Process | None = None
         self._memory_limit: int | None = None
         self._max_procs: int | None = None
@@ -94,7 +92,6 @@ class Cell:
             await self.kill()
             raise CellCrashed(f"cell {self.name} stopped reading jobs: {exc}") from exc
         result = await self._read_line(deadline_s)
-        self.jobs_run += 1
         if "internal_error" in result:
             await self.kill()
             raise CellCrashed(f"cell {self.name} zygote failed: {result['internal_error']}")
@@ -151,15 +148,11 @@ class Cell:
                 self._proc.kill()
 
     async def kill(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        deadline = time.monotonic() + 10
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), max(0.0, deadline - time.monotonic()))
+        """SIGKILL the cell and reap it."""
+        self.kill_now()
+        if self._proc is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._proc.wait(), 10)
 
     async def close(self) -> None:
         proc = self._proc

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from honing.config import SandboxConfig
-from honing.errors import CellCrashed, SandboxError, SandboxUnavailable
+from honing.errors import CellCrashed, SandboxError, SandboxUnavailable, WorkspaceBusy
 from honing.sandbox import fs
 from honing.sandbox.cell import Cell
 from honing.sandbox.cgroups import PoolCgroups
@@ -55,7 +55,11 @@ class PoolState(Enum):
 
 
 class Workspace:
-    """A directory that persists across runs, with snapshots to roll back to."""
+    """A directory that persists across runs, with snapshots to roll back to.
+
+    While a run uses it, its files are inside the cell: reading, writing, snapshotting or
+    restoring it then raises `WorkspaceBusy` instead of acting on an empty directory.
+    """
 
     def __init__(self, pool_root: Path, workspace_id: str) -> None:
         self.id = workspace_id
@@ -64,29 +68,36 @@ class Workspace:
         self.path.mkdir(parents=True)
         self.lock = asyncio.Lock()
 
+    def _idle_path(self) -> Path:
+        if self.lock.locked():
+            raise WorkspaceBusy(f"workspace {self.id} is in use by a run: await the run first")
+        return self.path
+
     def write(self, relpath: str, content: str | bytes) -> None:
-        fs.write_files(self.path, {relpath: content})
+        fs.write_files(self._idle_path(), {relpath: content})
 
     def read(self, relpath: str) -> bytes:
         """The bytes of a regular file in the workspace (never through a symlink)."""
-        return fs.read_file(self.path, relpath)
+        return fs.read_file(self._idle_path(), relpath)
 
     def files(self) -> dict[str, bytes]:
         """Every regular file in the workspace, by relative path."""
-        return fs.read_files(self.path, ["*"], max_bytes=1 << 40)
+        return fs.read_files(self._idle_path(), ["*"], max_bytes=1 << 40)
 
     def snapshot(self) -> str:
         """Copy the current contents aside; returns the id to `restore` later."""
         snapshot_id = uuid.uuid4().hex[:12]
-        fs.copy_tree(self.path, self._snapshots / snapshot_id)
+        fs.copy_tree(self._idle_path(), self._snapshots / snapshot_id)
         return snapshot_id
 
     def restore(self, snapshot_id: str) -> None:
+        """Make the contents exactly those of snapshot `snapshot_id` (snapshots are kept)."""
+        path = self._idle_path()
         source = self._snapshots / snapshot_id
         if not source.is_dir():
             raise KeyError(f"workspace {self.id} has no snapshot {snapshot_id!r}")
-        fs.wipe(self.path)
-        fs.copy_tree(source, self.path)
+        fs.wipe(path)
+        fs.copy_tree(source, path)
 
 
 class SandboxPool:

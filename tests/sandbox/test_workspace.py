@@ -6,6 +6,7 @@ or write through them, and must never block on them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from honing.errors import WorkspaceBusy
 from honing.sandbox import ExecRequest, ExecStatus, SandboxPool, Workspace
 from honing.sandbox.cgroups import _own_v1_path
 
@@ -315,3 +317,18 @@ def test_workspace_paths_must_stay_inside(tmp_path: Path) -> None:
     assert not (tmp_path / "root" / "escape.txt").exists()
     ws.write("ok/inside.txt", "fine")
     assert (ws.path / "ok" / "inside.txt").read_text() == "fine"
+
+
+async def test_workspace_is_untouchable_while_a_run_uses_it(pool: SandboxPool) -> None:
+    ws = pool.workspace()
+    ws.write("keep.txt", "kept")
+    running = asyncio.ensure_future(
+        pool.run(ExecRequest(code="import time; time.sleep(0.5)", workspace=ws.id))
+    )
+    while not ws.lock.locked():
+        await asyncio.sleep(0.01)
+    for touch in (ws.snapshot, ws.files, lambda: ws.read("keep.txt"), lambda: ws.write("x", "")):
+        with pytest.raises(WorkspaceBusy):
+            touch()
+    assert (await running).status is ExecStatus.OK
+    assert ws.read("keep.txt") == b"kept"  # back after the run
