@@ -324,8 +324,9 @@ class Zygote:
             resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # no POSIX queues to leave
             fsize = int(job["max_file_bytes"])
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-            nproc = int(job["max_procs"])
-            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            if self.is_init:  # in the cell's own user namespace it counts only the cell's
+                nproc = int(job["max_procs"])  # processes; on the host, all of the user's
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             if job["rlimit_as"]:
                 mem = int(job["memory_bytes"])
                 resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
