@@ -15,7 +15,10 @@ Covered — a program run here, however hostile, cannot:
   * exhaust the host: wall time, CPU time, memory (a cgroup, else RLIMIT_AS — see
     `ExecResult.memory_enforcement`), processes, output bytes, file size and /tmp size are limited;
   * gain privileges: all capabilities are dropped, no_new_privs is set, and it cannot create user
-    namespaces.
+    namespaces;
+  * reach rarely needed kernel interfaces (x86_64): a seccomp filter refuses ptrace, bpf,
+    io_uring, userfaultfd, perf_event_open, keyrings, process_vm_* and System V IPC (whose
+    objects would outlive the job; elsewhere they are removed after each job).
 
 Not covered:
   * kernel exploits: the boundary is the Linux kernel's namespaces, not a VM (use gVisor or a VM

@@ -39,6 +39,7 @@ class Cell:
         self.cgroup = cgroup
         self.baseline_bytes = 0
         self.oom_kills = 0  # the cgroup's OOM-kill count after the last job
+        self.seccomp = False  # whether the zygote installed the syscall filter jobs inherit
         self._proc: asyncio.subprocess.Process | None = None
         self._memory_limit: int | None = None
         self._max_procs: int | None = None
@@ -76,6 +77,7 @@ class Cell:
         if not ready.get("ready"):
             await self.kill()
             raise SandboxUnavailable(f"sandbox cell {self.name} sent {ready!r} instead of ready")
+        self.seccomp = bool(ready.get("seccomp"))
         if self.cgroup is not None:
             self.baseline_bytes = self.cgroup.usage()
             self.oom_kills = self.cgroup.oom_kills()

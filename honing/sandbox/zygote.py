@@ -7,7 +7,7 @@ library and never imports honing. Protocol, one JSON object per line:
                      "memory_bytes", "rlimit_as" (enforce memory_bytes as RLIMIT_AS, where
                      the cell has no memory cgroup), "max_procs", "max_output_bytes",
                      "max_file_bytes"}
-    zygote → host   {"ready": true, "pid"} once at start, then per job:
+    zygote → host   {"ready": true, "pid", "seccomp"} once at start, then per job:
                     {"exit_code", "signal", "stdout", "stderr", "stdout_truncated",
                      "stderr_truncated", "wall_s", "cpu_s", "maxrss_kb", "limit"}
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import gc
 import importlib
 import io
@@ -102,6 +103,72 @@ def _remove_sysv_ipc() -> None:
                 libc.msgctl(ident, IPC_RMID, None)
 
 
+# seccomp: syscalls every job is refused (EPERM). System V IPC objects would outlive a job in the
+# cell's IPC namespace; the rest are kernel interfaces a program never needs and exploits like.
+# x86_64 numbers (asm/unistd_64.h); elsewhere no filter is installed and leftover IPC objects are
+# removed after each job instead.
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
+DENIED_X86_64 = {
+    29: "shmget", 64: "semget", 68: "msgget", 101: "ptrace", 248: "add_key",
+    249: "request_key", 250: "keyctl", 298: "perf_event_open", 310: "process_vm_readv",
+    311: "process_vm_writev", 321: "bpf", 323: "userfaultfd", 425: "io_uring_setup",
+    426: "io_uring_enter", 427: "io_uring_register",
+}  # fmt: skip
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+BPF_LD_W_ABS = 0x20
+BPF_JEQ_K = 0x15
+BPF_JGE_K = 0x35
+BPF_RET_K = 0x06
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [
+        ("len", ctypes.c_ushort),
+        ("filter", ctypes.POINTER(_SockFilter)),
+    ]
+
+
+def seccomp_program(denied: dict[int, str]) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF filter: foreign ABIs get ENOSYS, `denied` and x32 calls EPERM."""
+    deny = SECCOMP_RET_ERRNO | errno.EPERM
+    checks = [(BPF_JGE_K, X32_SYSCALL_BIT), *((BPF_JEQ_K, nr) for nr in sorted(denied))]
+    to_deny = len(checks) + 1  # past the checks and the ALLOW
+    program = [
+        (BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+        (BPF_JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.ENOSYS),
+        (BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+    ]
+    for i, (code, k) in enumerate(checks):
+        program.append((code, to_deny - i - 1, 0, k))
+    program += [(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW), (BPF_RET_K, 0, 0, deny)]
+    return program
+
+
+def _install_seccomp() -> bool:
+    """Install the filter on this process (jobs inherit it); False where it is not available."""
+    if os.uname().machine != "x86_64":
+        return False
+    program = seccomp_program(DENIED_X86_64)
+    filters = (_SockFilter * len(program))(*(_SockFilter(*ins) for ins in program))
+    fprog = _SockFprog(len(program), filters)
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0)
+
+
 class Zygote:
     def __init__(
         self, workspace: str, tmp: str, runtime_path: str | None, scratch: tuple[str, ...] = ()
@@ -114,9 +181,12 @@ class Zygote:
             sys.path.insert(0, runtime_path)
         os.environ["TMPDIR"] = tmp
         self.jobs = 0
+        self.seccomp = False
 
     def serve(self) -> None:
         _prctl(PR_SET_DUMPABLE, 0)  # jobs run as our uid: keep them from ptrace and /proc/1/mem
+        # Under bubblewrap (no_new_privs is set) every job inherits the syscall filter.
+        self.seccomp = self.is_init and _install_seccomp()
         if not self.is_init:
             _prctl(PR_SET_CHILD_SUBREAPER, 1)
         for name in PREIMPORT:
@@ -131,7 +201,7 @@ class Zygote:
         # Default dispositions everywhere: as pid 1, a signal with no handler cannot reach us.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-        self._reply(out, {"ready": True, "pid": os.getpid()})
+        self._reply(out, {"ready": True, "pid": os.getpid(), "seccomp": self.seccomp})
         stdin = os.fdopen(os.dup(0), "rb")
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
@@ -193,8 +263,8 @@ class Zygote:
         """Leave nothing of the last job for the next: scratch directories, SysV IPC objects."""
         for directory in self.scratch:
             _wipe(directory)
-        if self.is_init:  # the IPC namespace is the cell's own only under bubblewrap
-            _remove_sysv_ipc()
+        if self.is_init and not self.seccomp:  # the cell's own IPC namespace, and jobs may
+            _remove_sysv_ipc()  # create objects in it
 
     def _supervise(
         self, job: dict[str, Any], pid: int, out_r: int, err_r: int, start: float

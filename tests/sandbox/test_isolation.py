@@ -718,3 +718,28 @@ async def test_a_job_cannot_shrink_the_next_jobs_memory(pool1: SandboxPool) -> N
         ExecRequest(code="x = bytearray(350 << 20); print('ok')", memory_mb=512, timeout_s=30)
     )
     assert second.status is ExecStatus.OK, second
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the syscall filter is x86_64-only")
+async def test_syscall_filter_refuses_kernel_attack_surface(pool: SandboxPool) -> None:
+    assert all(cell.seccomp for cell in pool._cells.values())
+    program = code(
+        """
+        import ctypes, errno, json, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        out = {}
+        for nr, name in [(29, "shmget"), (64, "semget"), (68, "msgget"), (101, "ptrace"),
+                         (250, "keyctl"), (321, "bpf"), (323, "userfaultfd"),
+                         (425, "io_uring_setup"), (298, "perf_event_open")]:
+            ctypes.set_errno(0)
+            result = libc.syscall(nr, 0, 0, 0, 0, 0)
+            out[name] = [result, errno.errorcode.get(ctypes.get_errno())]
+        out["getppid"] = libc.syscall(110)  # an ordinary call still works
+        print(json.dumps(out))
+        """
+    )
+    result = await pool.run(ExecRequest(code=program))
+    assert result.status is ExecStatus.OK, result
+    seen = json.loads(result.stdout)
+    assert seen.pop("getppid") >= 0
+    assert seen == {name: [-1, "EPERM"] for name in seen}, seen
