@@ -24,9 +24,10 @@ from rich.console import Console
 from rich.table import Table
 
 from honing import __version__
-from honing.config import SandboxConfig, validate_model
-from honing.errors import HoningError, SandboxError
+from honing.config import SandboxConfig, default_home, validate_model
+from honing.errors import ConfigError, HoningError, SandboxError
 from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
+from honing.tasks import TaskSet, Verification, apply_quality_filter, load_tasks
 
 app = typer.Typer(
     help="honing: post-train language models with RL in real, verifiable environments.",
@@ -38,9 +39,11 @@ sandbox_app = typer.Typer(help="Isolated execution of untrusted Python.", no_arg
 runtime_app = typer.Typer(
     help="Named sandbox runtimes: interpreter + pip packages.", no_args_is_help=True
 )
+tasks_app = typer.Typer(help="Task sets: load, validate, verify.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(tasks_app, name="tasks")
 sandbox_app.add_typer(runtime_app, name="runtime")
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 Isolation = Annotated[
     str, typer.Option(help="bwrap (isolated, the default) or none (development only, unsafe).")
@@ -213,6 +216,83 @@ def runtime_list() -> None:
     for info in RuntimeStore().all():
         table.add_row(info.name, info.id, ", ".join(info.requirements) or "(none)", str(info.path))
     Console().print(table)
+
+
+@tasks_app.command("check")
+def tasks_check(
+    spec: Annotated[str, typer.Argument(help="Built-in name (humaneval), path or fsspec URL.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    shard: Annotated[
+        str | None, typer.Option(help="Only shard I/N of the tasks, e.g. 0/4.")
+    ] = None,
+    verify: Annotated[bool, typer.Option(help="Run each reference through its verifier.")] = True,
+    quarantine_file: Annotated[
+        Path | None, typer.Option(help="Where quarantined rows go (JSONL).")
+    ] = None,
+    isolation: Isolation = "bwrap",
+) -> None:
+    """Validate a task set: totals, valid, quarantined (with reasons) and its version."""
+    try:
+        taskset = load_tasks(spec)
+        if shard is not None:
+            index, _, count = shard.partition("/")
+            if not (index.isdigit() and count.isdigit()):
+                raise ConfigError(f"--shard {shard!r}: expected I/N, e.g. 0/4")
+            quarantined = taskset.quarantined
+            taskset = taskset.shard(int(index), int(count))
+            taskset.quarantined = quarantined
+        unverified: list[tuple[Any, str]] = []
+        if verify:
+            config = _sandbox_config(isolation=isolation)
+
+            async def go() -> tuple[TaskSet, Verification]:
+                async with SandboxPool(config) as pool:
+                    return await apply_quality_filter(taskset, pool)
+
+            taskset, found = asyncio.run(go())
+            unverified = found.unverified
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    written = _write_quarantine(taskset, quarantine_file)
+    summary = {
+        "total": taskset.total,
+        "valid": len(taskset.tasks),
+        "quarantined": len(taskset.quarantined),
+        "quarantine_file": str(written) if written else None,
+        "version": taskset.version,
+        "unverified": len(unverified),
+    }
+    if json_out:
+        typer.echo(json.dumps(summary))
+        return
+    table = Table(title=f"honing tasks · {taskset.name}")
+    for col in ("total", "valid", "quarantined", "unverified", "version"):
+        table.add_column(col, justify="right")
+    table.add_row(*(str(summary[k]) for k in ("total", "valid", "quarantined", "unverified",
+                                              "version")))  # fmt: skip
+    Console().print(table)
+    for q in taskset.quarantined[:50]:
+        err.print(f"[yellow]quarantined[/] {q.where} {q.task_id or ''} "
+                  f"[bold]{q.field or ''}[/]: {q.reason}", highlight=False)  # fmt: skip
+    if len(taskset.quarantined) > 50:
+        err.print(f"… and {len(taskset.quarantined) - 50} more in {written}")
+    for task, reason in unverified:
+        err.print(f"[red]unverified[/] {task.id}: {reason}", highlight=False)
+    if written:
+        err.print(f"quarantined rows written to {written}")
+
+
+def _write_quarantine(taskset: TaskSet, path: Path | None) -> Path | None:
+    if not taskset.quarantined:
+        return None
+    if path is None:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in taskset.name)[-80:]
+        path = default_home() / "quarantine" / f"{safe}-{taskset.version}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for q in taskset.quarantined:
+            f.write(json.dumps(q.to_json_dict(), default=str) + "\n")
+    return path
 
 
 def main() -> None:

@@ -17,6 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from honing.errors import ConfigError
 
 
+def default_home() -> Path:
+    """Where honing keeps caches and reports: $HONING_HOME, default ~/.cache/honing."""
+    return Path(os.environ.get("HONING_HOME") or Path.home() / ".cache" / "honing")
+
+
 class StrictModel(BaseModel):
     """Base for every config section: unknown keys are errors, values are validated."""
 

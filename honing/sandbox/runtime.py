@@ -23,13 +23,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from honing.config import default_home
 from honing.errors import RuntimeBuildError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-def default_home() -> Path:
-    return Path(os.environ.get("HONING_HOME") or Path.home() / ".cache" / "honing")
 
 
 @dataclass(frozen=True)

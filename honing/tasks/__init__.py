@@ -1,0 +1,27 @@
+"""Tasks: the typed record, loading from files/URLs/built-ins, versions, shards, quality filter.
+
+Covered: the `code` and `math` domains' schemas; JSONL, Parquet and saved `datasets` directories,
+local or through fsspec; content versions; deterministic shards; validation, de-duplication and
+reference verification with quarantine. Not covered here: environments that use tasks
+(`honing.envs`) and the domains those add.
+"""
+
+from honing.tasks.load import Quarantined, TaskSet, load_tasks, read_rows, tasks_from_rows
+from honing.tasks.quality import Verification, apply_quality_filter, verify_references
+from honing.tasks.schema import DOMAINS, CodeTask, MathTask, Task, TaskBase
+
+__all__ = [
+    "DOMAINS",
+    "CodeTask",
+    "MathTask",
+    "Quarantined",
+    "Task",
+    "TaskBase",
+    "TaskSet",
+    "Verification",
+    "apply_quality_filter",
+    "load_tasks",
+    "read_rows",
+    "tasks_from_rows",
+    "verify_references",
+]

@@ -1,0 +1,238 @@
+"""Loading task sets: JSONL, Parquet or a saved `datasets` directory, local or by fsspec URL.
+
+    load_tasks("tasks.jsonl")              # or .jsonl.gz, .parquet, a datasets directory,
+    load_tasks("s3://bucket/tasks.parquet") # any fsspec URL (memory:// in tests), or a built-in
+    load_tasks("humaneval")                 # name: see `honing.tasks.builtin.BUILTIN`
+
+A row that is not a valid task never stops the load: it is quarantined with the file, the line
+(or row) and the field at fault, and the raw row is kept so nothing is lost. Duplicate ids and
+duplicate content are quarantined too. What this module does not do is run references: see
+`honing.tasks.quality.verify_references`, which needs a sandbox.
+
+The version of a task set is a hash of its valid tasks' normalised content (sorted by id), so the
+same tasks give the same version whatever file format or order they came in.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from honing.errors import ConfigError
+from honing.tasks.schema import TASK_ADAPTER, CodeTask, MathTask
+
+AnyTask = CodeTask | MathTask
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """A row or task left out of a set, with where it came from and why."""
+
+    source: str
+    line: int | None  # 1-based line of a JSONL file, or row of a Parquet/Arrow table
+    task_id: str | None
+    field: str | None
+    reason: str
+    row: Any = None  # the raw row, so nothing is lost
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{self.line}" if self.line is not None else self.source
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "line": self.line, "task_id": self.task_id,
+                "field": self.field, "reason": self.reason, "row": self.row}  # fmt: skip
+
+
+@dataclass
+class TaskSet:
+    """Valid tasks of one source, what was quarantined, and how many rows were read."""
+
+    name: str
+    tasks: list[AnyTask]
+    quarantined: list[Quarantined] = field(default_factory=list)
+    total: int = 0
+    origins: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # id → source, line
+
+    @property
+    def version(self) -> str:
+        return content_version(self.tasks)
+
+    def shard(self, index: int, count: int) -> TaskSet:
+        """The tasks whose id hashes to `index` of `count` shards: stable across runs and order."""
+        if count < 1 or not 0 <= index < count:
+            raise ConfigError(f"shard {index}/{count}: need 0 <= index < count")
+        kept = [t for t in self.tasks if shard_of(t.id, count) == index]
+        origins = {t.id: self.origins[t.id] for t in kept if t.id in self.origins}
+        return TaskSet(f"{self.name}[{index}/{count}]", kept, [], len(kept), origins)
+
+
+def shard_of(task_id: str, count: int) -> int:
+    return int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:8], "big") % count
+
+
+def content_version(tasks: list[AnyTask]) -> str:
+    h = hashlib.sha256()
+    for task in sorted(tasks, key=lambda t: t.id):
+        h.update(json.dumps(task.model_dump(mode="json"), sort_keys=True).encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+def load_tasks(spec: str) -> TaskSet:
+    """Load a task set by built-in name, path or fsspec URL; bad rows are quarantined."""
+    from honing.tasks.builtin import BUILTIN
+
+    if spec in BUILTIN:
+        return BUILTIN[spec]()
+    return tasks_from_rows(spec, read_rows(spec))
+
+
+def tasks_from_rows(name: str, rows: Iterator[tuple[str, int | None, Any]]) -> TaskSet:
+    """Validate and de-duplicate `(source, line, row)` triples into a `TaskSet`."""
+    tasks: list[AnyTask] = []
+    quarantined: list[Quarantined] = []
+    seen_ids: dict[str, str] = {}
+    seen_content: dict[str, str] = {}
+    origins: dict[str, tuple[str, int | None]] = {}
+    total = 0
+    for source, line, row in rows:
+        total += 1
+        where = f"{source}:{line}" if line is not None else source
+        if isinstance(row, Exception):
+            quarantined.append(Quarantined(source, line, None, None, str(row), None))
+            continue
+        if not isinstance(row, dict):
+            quarantined.append(Quarantined(source, line, None, None,
+                                           f"a task must be an object, not {type(row).__name__}",
+                                           row))  # fmt: skip
+            continue
+        task_id = row.get("id") if isinstance(row.get("id"), str) else None
+        try:
+            # Columnar formats have every column in every row: a null means "absent".
+            task = TASK_ADAPTER.validate_python({k: v for k, v in row.items() if v is not None})
+        except ValidationError as exc:
+            errors = _field_errors(exc)
+            fields = ", ".join(dict.fromkeys(f for f, _ in errors))
+            reason = "; ".join(f"{f}: {m}" for f, m in errors)
+            quarantined.append(Quarantined(source, line, task_id, fields, reason, row))
+            continue
+        if task.id in seen_ids:
+            quarantined.append(
+                Quarantined(
+                    source, line, task.id, "id", f"duplicate id (first at {seen_ids[task.id]})", row
+                )
+            )
+            continue
+        key = _content_key(task)
+        if key in seen_content:
+            quarantined.append(
+                Quarantined(
+                    source, line, task.id, None, f"duplicate of task {seen_content[key]!r}", row
+                )
+            )
+            continue
+        seen_ids[task.id] = where
+        seen_content[key] = task.id
+        tasks.append(task)
+        origins[task.id] = (source, line)
+    return TaskSet(name, tasks, quarantined, total, origins)
+
+
+def _content_key(task: AnyTask) -> str:
+    content = task.model_dump(mode="json", exclude={"id", "tags", "metadata", "reference"})
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def _field_errors(exc: ValidationError) -> list[tuple[str, str]]:
+    """(field, message) per error, with pydantic's union tag stripped from the location."""
+    out: list[tuple[str, str]] = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            out.append(("domain", "missing or unknown domain; allowed: code, math"))
+            continue
+        if loc and loc[0] in ("code", "math"):
+            loc = loc[1:]
+        fld = ".".join(loc) or None
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown field (see docs/tasks.md for each domain's fields)"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        out.append((fld or "(row)", message))
+    return out
+
+
+# -- readers ---------------------------------------------------------------------------------
+def read_rows(spec: str) -> Iterator[tuple[str, int | None, Any]]:
+    """`(source, line, row)` for each row of a JSONL/Parquet file or datasets directory."""
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(spec)
+    except (ValueError, ImportError) as exc:
+        raise ConfigError(f"{spec}: cannot open: {exc}") from exc
+    if not fs.exists(path):
+        raise ConfigError(f"{spec}: no such file or directory (and not a built-in task set)")
+    if fs.isdir(path):
+        yield from _read_datasets_dir(fs, path, spec)
+    elif path.endswith(".parquet"):
+        yield from _read_parquet(fs, path, spec)
+    elif path.endswith((".jsonl", ".jsonl.gz", ".json", ".ndjson")):
+        yield from _read_jsonl(fs, path, spec)
+    else:
+        raise ConfigError(
+            f"{spec}: unknown format; use .jsonl(.gz), .parquet or a `datasets` directory"
+        )
+
+
+def _read_jsonl(fs: Any, path: str, spec: str) -> Iterator[tuple[str, int | None, Any]]:
+    with fs.open(path, "rb") as raw:
+        stream = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
+        for number, line in enumerate(stream, start=1):
+            text = line.decode("utf-8", errors="replace").strip()
+            if not text:
+                continue
+            try:
+                yield spec, number, json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield spec, number, ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})")
+
+
+def _read_parquet(fs: Any, path: str, spec: str) -> Iterator[tuple[str, int | None, Any]]:
+    import pyarrow.parquet as pq
+
+    with fs.open(path, "rb") as f:
+        try:
+            table = pq.read_table(f)
+        except Exception as exc:  # pyarrow raises several types for a corrupt file
+            raise ConfigError(f"{spec}: not a readable Parquet file: {exc}") from exc
+    for number, row in enumerate(table.to_pylist(), start=1):
+        yield spec, number, row
+
+
+def _read_datasets_dir(fs: Any, path: str, spec: str) -> Iterator[tuple[str, int | None, Any]]:
+    """A directory written by `datasets.Dataset.save_to_disk` (Arrow stream files + state.json)."""
+    import pyarrow as pa
+
+    if fs.exists(f"{path}/dataset_dict.json"):
+        with fs.open(f"{path}/dataset_dict.json", "rb") as f:
+            splits = json.load(f).get("splits", [])
+        raise ConfigError(f"{spec}: a DatasetDict; point at one split: "
+                          + ", ".join(f"{spec.rstrip('/')}/{s}" for s in splits))  # fmt: skip
+    if not fs.exists(f"{path}/state.json"):
+        raise ConfigError(f"{spec}: a directory, but not one saved by `datasets` (no state.json)")
+    with fs.open(f"{path}/state.json", "rb") as f:
+        files = [d["filename"] for d in json.load(f).get("_data_files", [])]
+    for name in files:
+        with fs.open(f"{path}/{name}", "rb") as f:
+            table = pa.ipc.open_stream(f).read_all()
+        for number, row in enumerate(table.to_pylist(), start=1):
+            yield f"{spec.rstrip('/')}/{name}", number, row

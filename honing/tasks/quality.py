@@ -1,0 +1,122 @@
+"""The quality filter's last step: every task's reference must pass its own verifier.
+
+    code   the reference, then the tests, then `check(entry_point)` when the tests define
+           `check`, run as one program in the sandbox; it must exit cleanly
+    math   the reference's final answer must equal `answer` symbolically or numerically
+           (math-verify); a reference that is only a worked solution is judged by its last answer
+
+A task whose reference fails is quarantined with the reason. A task the sandbox could not run
+(status `sandbox_error`) is neither passed nor failed: it is reported as unverified, because an
+infrastructure failure says nothing about the task.
+
+Not covered: math references are parsed on the host with math-verify (sympy), which is only as
+safe as the task file it reads; model answers must never be parsed this way outside a sandbox.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
+from honing.tasks.load import AnyTask, Quarantined, TaskSet
+from honing.tasks.schema import CodeTask, MathTask
+
+CODE_TIMEOUT_S = 10.0
+MATH_TIMEOUT_S = 5
+
+
+@dataclass
+class Verification:
+    """What `verify_references` found, in the order of the input tasks."""
+
+    passed: list[AnyTask] = field(default_factory=list)
+    failed: list[Quarantined] = field(default_factory=list)
+    unverified: list[tuple[AnyTask, str]] = field(default_factory=list)
+    without_reference: list[AnyTask] = field(default_factory=list)
+
+
+def code_program(task: CodeTask, solution: str) -> str:
+    """The program that checks `solution` against the task's tests (HumanEval's layout)."""
+    program = f"{solution}\n\n{task.tests}\n"
+    if "def check(" in task.tests:
+        program += f"\ncheck({task.entry_point})\n"
+    return program
+
+
+def math_equal(expected: str, given: str) -> bool:
+    """Whether `given` states the same value as `expected` (symbolic or numeric equality).
+
+    math-verify bounds its own work with SIGALRM, which exists only in the main thread; elsewhere
+    it runs unbounded.
+    """
+    from math_verify import parse, verify
+
+    limit = MATH_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+    def read(text: str) -> list[object]:
+        wrapped = text if ("$" in text or "\\boxed" in text) else f"${text}$"
+        found = parse(wrapped, parsing_timeout=limit) or parse(text, parsing_timeout=limit)
+        return list(found)
+
+    gold = read(expected)
+    return bool(gold) and bool(verify(gold, read(given), timeout_seconds=limit))
+
+
+async def verify_references(
+    tasks: list[AnyTask],
+    pool: SandboxPool,
+    origins: dict[str, tuple[str, int | None]] | None = None,
+) -> Verification:
+    """Check each task's reference; `origins` (id → source, line) locates the failures."""
+    out = Verification()
+    origins = origins or {}
+
+    def failed(task: AnyTask, reason: str) -> Quarantined:
+        source, line = origins.get(task.id, ("reference", None))
+        return Quarantined(source, line, task.id, "reference", reason,
+                           task.model_dump(mode="json"))  # fmt: skip
+
+    code = [t for t in tasks if isinstance(t, CodeTask) and t.reference is not None]
+    results = await pool.run_many(
+        ExecRequest(code=code_program(t, t.reference or ""), timeout_s=CODE_TIMEOUT_S) for t in code
+    )
+    by_id: dict[str, ExecResult] = {t.id: r for t, r in zip(code, results, strict=True)}
+    for task in tasks:
+        if task.reference is None:
+            out.without_reference.append(task)
+            out.passed.append(task)
+            continue
+        if isinstance(task, CodeTask):
+            result = by_id[task.id]
+            if result.status is ExecStatus.OK:
+                out.passed.append(task)
+            elif result.status is ExecStatus.SANDBOX_ERROR:
+                out.unverified.append((task, f"sandbox error: {result.error}"))
+            else:
+                out.failed.append(failed(task, _describe(result)))
+        elif isinstance(task, MathTask):
+            ok = math_equal(task.answer, task.reference)
+            if ok:
+                out.passed.append(task)
+            else:
+                out.failed.append(failed(task, f"reference does not equal answer {task.answer!r}"))
+    return out
+
+
+def _describe(result: ExecResult) -> str:
+    last = (result.stderr.strip().splitlines() or [""])[-1]
+    return f"reference fails its tests ({result.status.value}): {last or result.error}"[:500]
+
+
+async def apply_quality_filter(taskset: TaskSet, pool: SandboxPool) -> tuple[TaskSet, Verification]:
+    """`taskset` with failing references moved to its quarantine."""
+    found = await verify_references(taskset.tasks, pool, taskset.origins)
+    # Unverified tasks are kept, and reported: the sandbox failed, not they.
+    kept = [*found.passed, *(t for t, _ in found.unverified)]
+    order = {t.id: i for i, t in enumerate(taskset.tasks)}
+    kept.sort(key=lambda t: order[t.id])
+    filtered = TaskSet(
+        taskset.name, kept, [*taskset.quarantined, *found.failed], taskset.total, taskset.origins
+    )
+    return filtered, found

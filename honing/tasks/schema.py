@@ -1,0 +1,51 @@
+"""The typed task record, one model per domain, told apart by the `domain` field.
+
+    code   write or fix a Python function: `entry_point`, `tests` (Python source that raises when a
+           solution is wrong; when it defines `check(candidate)`, as HumanEval does, the verifier
+           calls it with the entry point)
+    math   a final-answer problem: `answer`, compared symbolically and numerically, not as text
+
+Every task has `id`, `prompt`, `tags`, an optional `reference` (a known-good solution: for code, the
+full source of a solution; for math, a final answer or worked solution ending in one) and free
+`metadata`. Unknown fields are errors that name the field. Domains added by later layers (sql,
+tools…) join the `Task` union here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+
+class TaskBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1, description="Unique within a task set.")
+    prompt: str = Field(min_length=1, description="What the model is asked.")
+    tags: list[str] = Field(default_factory=list, description="Free labels; metrics group by them.")
+    reference: str | None = Field(None, description="A known-good solution, checked on load.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Carried, never read.")
+
+    @field_validator("id")
+    @classmethod
+    def _id_is_clean(cls, value: str) -> str:
+        if value != value.strip() or "\n" in value:
+            raise ValueError("must not start or end with whitespace or contain a newline")
+        return value
+
+
+class CodeTask(TaskBase):
+    domain: Literal["code"] = "code"
+    entry_point: str = Field(min_length=1, description="The function the solution must define.")
+    tests: str = Field(min_length=1, description="Python that raises when the solution is wrong.")
+
+
+class MathTask(TaskBase):
+    domain: Literal["math"] = "math"
+    answer: str = Field(min_length=1, description="The final answer (a number or expression).")
+
+
+Task = Annotated[CodeTask | MathTask, Field(discriminator="domain")]
+DOMAINS = ("code", "math")
+TASK_ADAPTER: TypeAdapter[CodeTask | MathTask] = TypeAdapter(Task)
