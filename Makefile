@@ -7,6 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 TORCH := torch==2.13.0
+BFCL := bfcl-eval==2026.3.23
 
 .PHONY: setup system-deps quickstart test lint bench clean
 
@@ -27,6 +28,8 @@ $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@# Only bfcl-eval's data files are read; its pinned, heavy dependencies are not wanted.
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(BFCL)
 	@touch $(STAMP)
 
 quickstart: setup

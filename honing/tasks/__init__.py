@@ -1,6 +1,7 @@
 """Tasks: the typed record, loading from files/URLs/built-ins, versions, shards, quality filter.
 
-Covered: the `code` and `math` domains' schemas; JSONL, Parquet and saved `datasets` directories,
+Covered: the `code`, `math` and `tools` domains' schemas; JSONL, Parquet and saved `datasets`
+directories,
 local or through fsspec; content versions; deterministic shards; validation, de-duplication and
 reference verification with quarantine. Not covered here: environments that use tasks
 (`honing.envs`) and the domains those add.
@@ -8,7 +9,7 @@ reference verification with quarantine. Not covered here: environments that use 
 
 from honing.tasks.load import Quarantined, TaskSet, load_tasks, read_rows, tasks_from_rows
 from honing.tasks.quality import Verification, apply_quality_filter, verify_references
-from honing.tasks.schema import DOMAINS, CodeTask, MathTask, Task, TaskBase
+from honing.tasks.schema import DOMAINS, CodeTask, MathTask, Task, TaskBase, ToolsTask
 
 __all__ = [
     "DOMAINS",
@@ -18,6 +19,7 @@ __all__ = [
     "Task",
     "TaskBase",
     "TaskSet",
+    "ToolsTask",
     "Verification",
     "apply_quality_filter",
     "load_tasks",

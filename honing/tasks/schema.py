@@ -4,11 +4,15 @@
            solution is wrong; when it defines `check(candidate)`, as HumanEval does, the verifier
            calls it with the entry point)
     math   a final-answer problem: `answer`, compared symbolically and numerically, not as text
+    tools  call the right functions with the right arguments: `functions` (their schemas) and
+           `expected_calls` (BFCL's form; see `honing.tasks.toolcalls`); the reference is a JSON
+           list of calls `[{"name", "arguments"}]`
 
 Every task has `id`, `prompt`, `tags`, an optional `reference` (a known-good solution: for code, the
-full source of a solution; for math, a final answer or worked solution ending in one) and free
+full source of a solution; for math, a final answer or worked solution ending in one; for tools,
+the calls) and free
 `metadata`. Unknown fields are errors that name the field. Domains added by later layers (sql,
-tools…) join the `Task` union here.
+…) join the `Task` union here.
 """
 
 from __future__ import annotations
@@ -46,6 +50,27 @@ class MathTask(TaskBase):
     answer: str = Field(min_length=1, description="The final answer (a number or expression).")
 
 
-Task = Annotated[CodeTask | MathTask, Field(discriminator="domain")]
-DOMAINS = ("code", "math")
-TASK_ADAPTER: TypeAdapter[CodeTask | MathTask] = TypeAdapter(Task)
+class ToolsTask(TaskBase):
+    domain: Literal["tools"] = "tools"
+    functions: list[dict[str, Any]] = Field(
+        description="Functions the model may call: {name, description, parameters (JSON schema)}."
+    )
+    expected_calls: list[dict[str, dict[str, list[Any]]]] = Field(
+        description="Calls that solve the task, BFCL style: {name: {argument: [accepted values]}} "
+        'with "" meaning the argument may be left out; [] means: call nothing.'
+    )
+
+    @field_validator("expected_calls")
+    @classmethod
+    def _one_function_each(
+        cls, value: list[dict[str, dict[str, list[Any]]]]
+    ) -> list[dict[str, dict[str, list[Any]]]]:
+        for entry in value:
+            if len(entry) != 1:
+                raise ValueError("each expected call names exactly one function")
+        return value
+
+
+Task = Annotated[CodeTask | MathTask | ToolsTask, Field(discriminator="domain")]
+DOMAINS = ("code", "math", "tools")
+TASK_ADAPTER: TypeAdapter[CodeTask | MathTask | ToolsTask] = TypeAdapter(Task)

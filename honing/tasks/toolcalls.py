@@ -1,0 +1,142 @@
+"""Tool calls as data: parsing them from Python call syntax, and matching them to expected calls.
+
+A call is `{"name": str, "arguments": dict}`. Expected calls use BFCL's "possible answer" form:
+`{function_name: {parameter: [accepted values...]}}`, where an accepted value of `""` means the
+parameter may be left out. Matching follows BFCL's AST checker in spirit:
+
+* the calls and the expected calls are paired one to one, in any order (parallel calls);
+* an argument whose accepted values are only `""` (or none at all) may be left out;
+* names must be equal; every given argument must be expected, and every expected argument either
+  given or allowed to be absent;
+* numbers compare by value (an int may stand for a float, a bool never for a number), strings
+  compare after lower-casing and dropping spaces and ``,./-_*^`` punctuation, lists element by
+  element, and dicts key by key against their own lists of accepted values.
+
+Not covered: BFCL's Java and JavaScript type rules (those categories are not loaded).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+from typing import Any
+
+Call = dict[str, Any]
+Expected = dict[str, dict[str, list[Any]]]
+_DROPPED = str.maketrans("", "", " ,./-_*^")
+
+
+def parse_python_calls(text: str) -> list[Call]:
+    """Calls written as Python, e.g. `[f(a=1), g(b="x")]` or `f(a=1)`; ValueError if not."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not Python call syntax: {exc.msg}") from exc
+    nodes = tree.body.elts if isinstance(tree.body, ast.List | ast.Tuple) else [tree.body]
+    calls = []
+    for node in nodes:
+        if not isinstance(node, ast.Call):
+            raise ValueError(f"not a call: {ast.unparse(node)[:80]}")
+        if node.args:
+            raise ValueError(f"{ast.unparse(node.func)}: arguments must be given by name")
+        try:
+            arguments = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
+        except ValueError as exc:
+            raise ValueError(f"{ast.unparse(node.func)}: arguments must be literals") from exc
+        calls.append({"name": ast.unparse(node.func), "arguments": arguments})
+    return calls
+
+
+def reference_calls(expected: list[Expected]) -> list[Call]:
+    """One correct set of calls: the first accepted value of every argument that is needed."""
+    calls = []
+    for entry in expected:
+        ((name, params),) = entry.items()
+        arguments = {k: _concrete(_first(v)) for k, v in params.items() if _has_value(v)}
+        calls.append({"name": name, "arguments": arguments})
+    return calls
+
+
+def _has_value(options: Any) -> bool:
+    """Whether an option list offers a value to give (anything but "")."""
+    return not isinstance(options, list) or any(o != "" for o in options)
+
+
+def _optional(options: Any) -> bool:
+    """Whether an argument may be left out: "" is accepted, or nothing is."""
+    return isinstance(options, list) and ("" in options or not options)
+
+
+def _first(options: Any) -> Any:
+    return next(o for o in options if o != "") if isinstance(options, list) else options
+
+
+def _concrete(value: Any) -> Any:
+    """An accepted value with nested option lists (BFCL's dicts) resolved to their first choice."""
+    if isinstance(value, dict):
+        return {k: _concrete(_first(v)) for k, v in value.items() if _has_value(v)}
+    if isinstance(value, list):
+        return [_concrete(v) for v in value]
+    return value
+
+
+def match_calls(calls: list[Call], expected: list[Expected]) -> str | None:
+    """None when `calls` satisfy `expected` (paired in any order), else the reason they do not."""
+    if len(calls) != len(expected):
+        return f"expected {len(expected)} call(s), got {len(calls)}"
+    if not calls:
+        return None
+    reasons: list[str] = []
+    for order in itertools.permutations(range(len(calls))):
+        mismatch = None
+        for call, idx in zip(calls, order, strict=True):
+            mismatch = _match_one(call, expected[idx])
+            if mismatch:
+                break
+        if mismatch is None:
+            return None
+        reasons.append(mismatch)
+        if len(reasons) > 720:  # 6 parallel calls; more is not a realistic task
+            break
+    return reasons[0]
+
+
+def _match_one(call: Call, expected: Expected) -> str | None:
+    ((name, params),) = expected.items()
+    if call.get("name") != name:
+        return f"called {call.get('name')!r}, expected {name!r}"
+    given = call.get("arguments") or {}
+    for key in given:
+        if key not in params:
+            return f"{name}: unexpected argument {key!r}"
+    for key, accepted in params.items():
+        if key not in given:
+            if not _optional(accepted):
+                return f"{name}: missing argument {key!r}"
+            continue
+        if not any(_same(given[key], value) for value in accepted if value != ""):
+            return f"{name}: {key}={json.dumps(given[key], default=str)[:80]} is not accepted"
+    return None
+
+
+def _same(given: Any, accepted: Any) -> bool:
+    if isinstance(accepted, bool) or isinstance(given, bool):
+        return isinstance(given, bool) and isinstance(accepted, bool) and given == accepted
+    if isinstance(accepted, int | float) and isinstance(given, int | float):
+        return float(given) == float(accepted)
+    if isinstance(accepted, str) and isinstance(given, str):
+        return given.lower().translate(_DROPPED) == accepted.lower().translate(_DROPPED)
+    if isinstance(accepted, list) and isinstance(given, list | tuple):
+        return len(given) == len(accepted) and all(map(_same, given, accepted))
+    if isinstance(accepted, dict) and isinstance(given, dict):
+        for key, options in accepted.items():
+            if key not in given:
+                if not _optional(options):
+                    return False
+                continue
+            options = options if isinstance(options, list) else [options]
+            if not any(_same(given[key], o) for o in options if o != ""):
+                return False
+        return set(given) <= set(accepted)
+    return bool(given == accepted)
