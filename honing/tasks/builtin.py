@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from honing.errors import ConfigError
-from honing.tasks.load import TaskSet, tasks_from_rows
+from honing.tasks.load import TaskSet, UnreadableRow, tasks_from_rows
 from honing.tasks.toolcalls import reference_calls
 
 
@@ -114,7 +114,7 @@ def bfcl() -> TaskSet:
             for number, line in enumerate(question_file.read_text().splitlines(), start=1):
                 q = json.loads(line)
                 if not irrelevance and q["id"] not in answers:
-                    yield str(question_file), number, ValueError(f"{q['id']}: no gold answer")
+                    yield str(question_file), number, UnreadableRow("no gold answer", line)
                     continue
                 expected = [] if irrelevance else answers[q["id"]]
                 turn = q["question"][0]

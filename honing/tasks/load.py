@@ -5,7 +5,8 @@
     load_tasks("humaneval")                 # name: see `honing.tasks.builtin.BUILTIN`
 
 A row that is not a valid task never stops the load: it is quarantined with the file, the line
-(or row) and the field at fault, and the raw row is kept so nothing is lost. Duplicate ids and
+(or row) and the field at fault, and the raw row is kept so nothing is lost. A null inside a row
+means "absent", in every format. Duplicate ids and
 duplicate content are quarantined too. What this module does not do is run references: see
 `honing.tasks.quality.verify_references`, which needs a sandbox.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,8 +107,8 @@ def tasks_from_rows(name: str, rows: Iterator[tuple[str, int | None, Any]]) -> T
     for source, line, row in rows:
         total += 1
         where = f"{source}:{line}" if line is not None else source
-        if isinstance(row, Exception):
-            quarantined.append(Quarantined(source, line, None, None, str(row), None))
+        if isinstance(row, UnreadableRow):
+            quarantined.append(Quarantined(source, line, None, None, row.reason, row.raw))
             continue
         if not isinstance(row, dict):
             quarantined.append(Quarantined(source, line, None, None,
@@ -116,7 +118,7 @@ def tasks_from_rows(name: str, rows: Iterator[tuple[str, int | None, Any]]) -> T
         task_id = row.get("id") if isinstance(row.get("id"), str) else None
         try:
             # Columnar formats have every column in every row: a null means "absent".
-            task = TASK_ADAPTER.validate_python({k: v for k, v in row.items() if v is not None})
+            task = TASK_ADAPTER.validate_python(_without_nulls(row))
         except ValidationError as exc:
             errors = _field_errors(exc)
             fields = ", ".join(dict.fromkeys(f for f, _ in errors))
@@ -143,6 +145,24 @@ def tasks_from_rows(name: str, rows: Iterator[tuple[str, int | None, Any]]) -> T
         tasks.append(task)
         origins[task.id] = (source, line)
     return TaskSet(name, tasks, quarantined, total, origins)
+
+
+@dataclass(frozen=True)
+class UnreadableRow:
+    """A row a reader could not parse, with its raw text, in place of the row."""
+
+    reason: str
+    raw: str
+
+
+def _without_nulls(value: Any) -> Any:
+    """Nulls in objects mean "absent" in every format: columnar files pad every row's objects
+    with the keys of all rows, so dropping them is what makes formats load alike."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def _content_key(task: AnyTask) -> str:
@@ -196,14 +216,18 @@ def read_rows(spec: str) -> Iterator[tuple[str, int | None, Any]]:
 def _read_jsonl(fs: Any, path: str, spec: str) -> Iterator[tuple[str, int | None, Any]]:
     with fs.open(path, "rb") as raw:
         stream = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
-        for number, line in enumerate(stream, start=1):
-            text = line.decode("utf-8", errors="replace").strip()
-            if not text:
-                continue
-            try:
-                yield spec, number, json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield spec, number, ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})")
+        try:
+            for number, line in enumerate(stream, start=1):
+                text = line.decode("utf-8", errors="replace").strip()
+                if not text:
+                    continue
+                try:
+                    yield spec, number, json.loads(text)
+                except json.JSONDecodeError as exc:
+                    reason = f"not valid JSON ({exc.msg} at column {exc.colno})"
+                    yield spec, number, UnreadableRow(reason, text)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ConfigError(f"{spec}: not a readable gzip file: {exc}") from exc
 
 
 def _read_parquet(fs: Any, path: str, spec: str) -> Iterator[tuple[str, int | None, Any]]:

@@ -1,0 +1,171 @@
+"""The quality filter: each reference runs through its verifier; failures are quarantined."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
+from honing.tasks import apply_quality_filter, load_tasks, verify_references
+from honing.tasks.quality import code_program, math_equal
+
+BAD_CODE = {
+    "id": "code/add-wrong",
+    "domain": "code",
+    "prompt": "def add(a, b):\n    '''Return a + b.'''\n",
+    "entry_point": "add",
+    "tests": "def check(candidate):\n    assert candidate(2, 3) == 5, 'add(2, 3) should be 5'\n",
+    "reference": "def add(a, b):\n    return a - b\n",
+}
+BAD_CODE_PLAIN = {
+    "id": "code/sq-wrong",
+    "domain": "code",
+    "prompt": "def sq(x): ...",
+    "entry_point": "sq",
+    "tests": "assert sq(3) == 9\n",
+    "reference": "def sq(x):\n    raise ValueError('not implemented')\n",
+}
+BAD_MATH = {
+    "id": "math/wrong",
+    "domain": "math",
+    "prompt": "What is 2 + 2?",
+    "answer": "4",
+    "reference": "5",
+}
+GOOD_PLAIN = {
+    "id": "code/sq",
+    "domain": "code",
+    "prompt": "def sq(x):\n    '''x squared'''\n",
+    "entry_point": "sq",
+    "tests": "assert sq(3) == 9\nassert sq(-2) == 4\n",
+    "reference": "def sq(x):\n    return x * x\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("expected", "given", "equal"),
+    [
+        ("391", "17*23 = 391", True),
+        ("391", "391", True),
+        ("\\frac{1}{2}", "0.5", True),
+        ("0.5", "\\frac{1}{2}", True),
+        ("391", "so the answer is \\boxed{391}", True),
+        ("(x+1)^2", "x^2 + 2x + 1", True),
+        ("4", "5", False),
+        ("5", "4", False),
+        ("391", "17*23 = 390", False),
+        ("\\frac{1}{2}", "0.25", False),
+    ],
+)
+def test_math_equal(expected: str, given: str, equal: bool) -> None:
+    assert math_equal(expected, given) is equal
+
+
+def test_code_program_calls_check_only_when_defined() -> None:
+    from honing.tasks.schema import TASK_ADAPTER
+
+    with_check = TASK_ADAPTER.validate_python(BAD_CODE)
+    plain = TASK_ADAPTER.validate_python(GOOD_PLAIN)
+    assert code_program(with_check, "S").rstrip().endswith("check(add)")
+    assert "check(" not in code_program(plain, "S")
+    assert code_program(plain, "SOLUTION").startswith("SOLUTION")
+
+
+@pytest.fixture
+def task_file(tmp_path: Path, rows: list[dict[str, Any]], fmt: SimpleNamespace) -> Path:
+    """The fixture set with failing tasks mixed in; ids in file order are returned by `ids`."""
+    mixed = [rows[0], BAD_CODE, rows[1], rows[2], BAD_MATH, GOOD_PLAIN, rows[3], BAD_CODE_PLAIN]
+    return fmt.write_jsonl(tmp_path / "tasks.jsonl", mixed)
+
+
+async def test_quality_filter_keeps_passing_and_quarantines_failing(
+    pool: SandboxPool, task_file: Path
+) -> None:
+    taskset = load_tasks(str(task_file))
+    assert len(taskset.tasks) == 8 and taskset.quarantined == []
+
+    filtered, found = await apply_quality_filter(taskset, pool)
+
+    kept = ["code/add", "code/neg", "math/product", "code/sq", "math/half"]
+    assert [t.id for t in filtered.tasks] == kept  # file order is kept
+    assert [t.id for t in found.without_reference] == ["code/neg"]
+    assert found.unverified == []
+    assert filtered.total == taskset.total == 8
+    assert filtered.version != taskset.version
+
+    failed = {q.task_id: q for q in filtered.quarantined}
+    assert set(failed) == {"code/add-wrong", "math/wrong", "code/sq-wrong"}
+    assert [q.task_id for q in found.failed] == ["code/add-wrong", "math/wrong", "code/sq-wrong"]
+    for task_id, line in (("code/add-wrong", 2), ("math/wrong", 5), ("code/sq-wrong", 8)):
+        q = failed[task_id]
+        assert (q.source, q.line, q.field) == (str(task_file), line, "reference")
+        assert q.row is not None and q.row["id"] == task_id
+    assert "AssertionError" in failed["code/add-wrong"].reason
+    assert "add(2, 3) should be 5" in failed["code/add-wrong"].reason
+    assert "error" in failed["code/add-wrong"].reason
+    assert "ValueError" in failed["code/sq-wrong"].reason
+    assert "'4'" in failed["math/wrong"].reason
+
+
+async def test_quarantine_keeps_earlier_load_quarantine(
+    pool: SandboxPool, tmp_path: Path, fmt: SimpleNamespace
+) -> None:
+    rows = [GOOD_PLAIN, {"id": "broken", "domain": "math"}, BAD_MATH]
+    taskset = load_tasks(str(fmt.write_jsonl(tmp_path / "t.jsonl", rows)))
+    filtered, _ = await apply_quality_filter(taskset, pool)
+    assert [t.id for t in filtered.tasks] == ["code/sq"]
+    assert [(q.task_id, q.line) for q in filtered.quarantined] == [("broken", 2), ("math/wrong", 3)]
+
+
+async def test_sandbox_error_is_unverified_not_quarantined(
+    pool: SandboxPool, task_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sandbox fails on the run of code/add only; the other programs run for real.
+    taskset = load_tasks(str(task_file))
+    real_run_many = pool.run_many
+    sabotaged: list[str] = []
+
+    async def run_many(
+        requests: Iterable[ExecRequest], concurrency: int | None = None
+    ) -> list[ExecResult]:
+        requests = list(requests)
+        results = await real_run_many(requests, concurrency)
+        for i, req in enumerate(requests):
+            if "return a + b" in req.code:
+                sabotaged.append(req.code)
+                results[i] = ExecResult(status=ExecStatus.SANDBOX_ERROR, error="cell died")
+        return results
+
+    monkeypatch.setattr(pool, "run_many", run_many)
+    filtered, found = await apply_quality_filter(taskset, pool)
+
+    assert len(sabotaged) == 1
+    assert [(t.id, "cell died" in reason) for t, reason in found.unverified] == [("code/add", True)]
+    assert "code/add" not in [t.id for t in found.passed]
+    # kept (the sandbox failed, not the task), and not quarantined
+    assert filtered.tasks[0].id == "code/add"  # in its place
+    quarantined = [q.task_id for q in filtered.quarantined]
+    assert "code/add" not in quarantined
+    assert sorted(quarantined) == ["code/add-wrong", "code/sq-wrong", "math/wrong"]
+
+
+async def test_verify_without_origins_still_names_the_task(pool: SandboxPool) -> None:
+    from honing.tasks.schema import TASK_ADAPTER
+
+    found = await verify_references([TASK_ADAPTER.validate_python(BAD_MATH)], pool)
+    (q,) = found.failed
+    assert q.task_id == "math/wrong" and q.field == "reference"
+    assert found.passed == []
+
+
+async def test_all_humaneval_references_pass(pool: SandboxPool) -> None:
+    taskset = load_tasks("humaneval")
+    filtered, found = await apply_quality_filter(taskset, pool)
+    assert [q.reason for q in filtered.quarantined] == []
+    assert found.unverified == []
+    assert len(filtered.tasks) == len(found.passed) == 164
+    assert filtered.version == taskset.version
