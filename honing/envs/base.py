@@ -1,0 +1,272 @@
+"""The environment contract: async, gym-like, with typed actions, observations and rewards.
+
+    env = CodeEnv(pool, EnvConfig())
+    obs = await env.reset(task)                 # Observation: text for the model + tool schemas
+    result = await env.step(Action(...))        # StepResult: observation, reward, done, info
+    token = await env.checkpoint(); ...; await env.rollback(token)
+
+* **Actions** are assistant messages in OpenAI's function-calling shape: text plus tool calls
+  whose arguments are a JSON object (`Action.from_openai` parses one and says exactly what is
+  malformed).
+* **Rewards** are named components — an outcome reward and process rewards — each weighted by
+  `EnvConfig.reward_weights` and each reported; `StepResult.reward` is their weighted sum.
+* **Failures** carry one `FailureReason`. `infrastructure` failures (the sandbox or honing broke)
+  are flagged in `StepInfo.infrastructure` and never folded into a reward of 0: whoever consumes
+  the step decides to retry or drop it.
+* **Task state** (seed §4.1): each environment keeps a `TaskState` — goal, constraints, a summary
+  of the actions so far, the latest errors, candidate next steps — and renders it into a compact
+  observation, so long episodes do not drown in logs; raw tool output stays in `StepInfo`.
+* **Limits**: max steps, a per-step timeout and an episode timeout, from `EnvConfig`.
+
+Not covered here: the domains (one file each beside this one) and how a model's text becomes an
+`Action` (the agent loop of the rollout layer).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import enum
+import json
+import time
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from honing.config import StrictModel
+from honing.errors import HoningError
+from honing.tasks.load import AnyTask
+
+
+class MalformedAction(HoningError):
+    """An assistant message that is not a valid action; the message says what is wrong."""
+
+
+class FailureReason(enum.StrEnum):
+    MALFORMED_ACTION = "malformed_action"  # unparsable tool call, bad arguments
+    UNKNOWN_TOOL = "unknown_tool"
+    TOOL_ERROR = "tool_error"  # the tool ran and reported an error (the model's doing)
+    SANDBOX_TIMEOUT = "sandbox_timeout"  # the model's program ran past its limit
+    MEMORY_LIMIT = "memory_limit"
+    STEP_TIMEOUT = "step_timeout"
+    STEP_LIMIT = "step_limit"
+    EPISODE_TIMEOUT = "episode_timeout"
+    SANDBOX_ERROR = "sandbox_error"  # infrastructure: the sandbox failed
+    VERIFIER_CRASH = "verifier_crash"  # infrastructure: honing's verifier failed
+
+    @property
+    def infrastructure(self) -> bool:
+        return self in (FailureReason.SANDBOX_ERROR, FailureReason.VERIFIER_CRASH)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolCall(_Record):
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class Action(_Record):
+    """One assistant message: text and the tool calls it makes."""
+
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+    @classmethod
+    def from_openai(cls, message: dict[str, Any]) -> Action:
+        """Parse an OpenAI chat message; MalformedAction says which call and what is wrong."""
+        calls = []
+        for i, raw in enumerate(message.get("tool_calls") or []):
+            function = raw.get("function") if isinstance(raw, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise MalformedAction(f"tool call {i}: needs function.name")
+            arguments = function.get("arguments", "{}")
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments or "{}")
+                except json.JSONDecodeError as exc:
+                    raise MalformedAction(
+                        f"tool call {i} ({function['name']}): arguments are not JSON: {exc.msg}"
+                    ) from exc
+            if not isinstance(arguments, dict):
+                raise MalformedAction(
+                    f"tool call {i} ({function['name']}): arguments must be a JSON object"
+                )
+            calls.append(ToolCall(id=str(raw.get("id") or f"call_{i}"), name=function["name"],
+                                  arguments=arguments))  # fmt: skip
+        return cls(content=message.get("content") or "", tool_calls=calls)
+
+
+class TaskState(BaseModel):
+    """What an episode is about and where it stands, kept compact (seed §4.1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    goal: str
+    constraints: list[str] = Field(default_factory=list)
+    actions: list[str] = Field(default_factory=list)  # one line per action taken
+    latest_errors: list[str] = Field(default_factory=list)
+    next_steps: list[str] = Field(default_factory=list)
+
+    MAX_ACTIONS_SHOWN: ClassVar[int] = 8
+
+    def render(self) -> str:
+        parts = [f"Goal: {self.goal}"]
+        if self.constraints:
+            parts.append("Constraints:\n" + "\n".join(f"- {c}" for c in self.constraints))
+        if self.actions:
+            shown = self.actions[-self.MAX_ACTIONS_SHOWN :]
+            skipped = len(self.actions) - len(shown)
+            lines = ([f"- ({skipped} earlier actions)"] if skipped else []) + [
+                f"- {a}" for a in shown
+            ]
+            parts.append("Done so far:\n" + "\n".join(lines))
+        if self.latest_errors:
+            parts.append("Latest errors:\n" + "\n".join(f"- {e}" for e in self.latest_errors))
+        if self.next_steps:
+            parts.append("Next steps:\n" + "\n".join(f"- {s}" for s in self.next_steps))
+        return "\n\n".join(parts)
+
+
+class ToolResult(_Record):
+    call_id: str
+    name: str
+    content: str  # what the model is shown
+    ok: bool
+
+
+class Observation(_Record):
+    """What the model sees next: the rendered state and the results of its last tool calls."""
+
+    text: str
+    tool_results: list[ToolResult] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)  # OpenAI tool schemas
+
+
+class StepInfo(_Record):
+    failure: FailureReason | None = None
+    detail: str = ""
+    step: int = 0
+    step_s: float = 0.0
+    tool_s: dict[str, float] = Field(default_factory=dict)  # seconds per tool this step
+    logs: list[str] = Field(default_factory=list)  # raw tool output, for the trajectory
+
+    @property
+    def infrastructure(self) -> bool:
+        return self.failure is not None and self.failure.infrastructure
+
+
+class StepResult(_Record):
+    observation: Observation
+    reward: float
+    components: dict[str, float]  # unweighted, by name
+    done: bool
+    info: StepInfo
+
+
+class EnvConfig(StrictModel):
+    """Limits and reward weights of an environment."""
+
+    max_steps: int = Field(8, ge=1, description="Steps after which the episode ends.")
+    step_timeout_s: float = Field(30.0, gt=0, description="Limit of one step, tools included.")
+    episode_timeout_s: float = Field(300.0, gt=0, description="Limit of a whole episode.")
+    reward_weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Weight per reward component; a component not named here weighs 1 if it is "
+        "the outcome and 0 otherwise (process rewards are opt-in).",
+    )
+
+
+def tool_schema(name: str, description: str, properties: dict[str, Any],
+                required: list[str]) -> dict[str, Any]:  # fmt: skip
+    """An OpenAI function-tool schema."""
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "properties": properties, "required": required},
+    }}  # fmt: skip
+
+
+class Environment(abc.ABC):
+    """Base of every domain environment; subclasses implement `_reset`, `_step`, rollback."""
+
+    domain: str = ""
+    OUTCOME = "outcome"
+
+    def __init__(self, config: EnvConfig | None = None) -> None:
+        self.config = config or EnvConfig()
+        self.task: AnyTask | None = None
+        self.state: TaskState | None = None
+        self.steps = 0
+        self.done = False
+        self._started = 0.0
+
+    @property
+    @abc.abstractmethod
+    def tools(self) -> list[dict[str, Any]]:
+        """The OpenAI tool schemas this environment offers."""
+
+    async def reset(self, task: AnyTask) -> Observation:
+        if task.domain != self.domain:
+            raise HoningError(f"{type(self).__name__} runs {self.domain} tasks, not {task.domain}")
+        self.task, self.steps, self.done = task, 0, False
+        self._started = time.monotonic()
+        self.state = TaskState(goal=task.prompt)
+        await self._reset(task)
+        return Observation(text=self.state.render(), tools=self.tools)
+
+    async def step(self, action: Action) -> StepResult:
+        if self.task is None or self.state is None:
+            raise HoningError("call reset(task) before step()")
+        if self.done:
+            raise HoningError("the episode is over; call reset(task) for a new one")
+        self.steps += 1
+        started = time.monotonic()
+        left = self.config.episode_timeout_s - (started - self._started)
+        timeout = min(self.config.step_timeout_s, max(left, 0.0))
+        try:
+            async with asyncio.timeout(timeout):
+                components, results, info = await self._step(action)
+        except TimeoutError:
+            episode = left <= self.config.step_timeout_s
+            reason = FailureReason.EPISODE_TIMEOUT if episode else FailureReason.STEP_TIMEOUT
+            components, results = {}, []
+            info = StepInfo(failure=reason, detail=f"no result within {timeout:.1f}s")
+            self.done = self.done or episode
+        if not self.done and self.steps >= self.config.max_steps:
+            self.done = True
+            if info.failure is None:
+                info = info.model_copy(update={"failure": FailureReason.STEP_LIMIT})
+        info = info.model_copy(update={"step": self.steps,
+                                       "step_s": time.monotonic() - started})  # fmt: skip
+        if info.failure is None:
+            self.state.latest_errors = []
+        elif not info.infrastructure and info.detail:
+            self.state.latest_errors = [info.detail[:300]]
+        observation = Observation(text=self.state.render(), tool_results=results, tools=self.tools)
+        return StepResult(observation=observation, reward=self.weighted(components),
+                          components=components, done=self.done, info=info)  # fmt: skip
+
+    def weighted(self, components: dict[str, float]) -> float:
+        weights = self.config.reward_weights
+        return sum(
+            value * weights.get(name, 1.0 if name == self.OUTCOME else 0.0)
+            for name, value in components.items()
+        )
+
+    @abc.abstractmethod
+    async def _reset(self, task: AnyTask) -> None: ...
+
+    @abc.abstractmethod
+    async def _step(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+        """Run one action: reward components, tool results, info. May set `self.done`."""
+
+    @abc.abstractmethod
+    async def checkpoint(self) -> str:
+        """A token for the current state of the episode."""
+
+    @abc.abstractmethod
+    async def rollback(self, token: str) -> None:
+        """Return to the state `token` was taken in."""

@@ -1,0 +1,351 @@
+"""The code domain: write or fix a Python function until its tests pass, in a sandbox workspace.
+
+Tools: `write_file(path, content)`, `read_file(path)`, `run_tests()`, `run_python(code)` and
+`rollback()`, which returns the workspace to its best state so far (most tests passed). The
+solution lives in `solution.py`, seeded with the task's prompt. A reply with no tool call but a
+```python block is taken as "write this to solution.py and run the tests".
+
+Reward components (unweighted; `EnvConfig.reward_weights` decides what counts):
+    outcome        1 when every test passes, on the step that runs them, else 0
+    compiles       1 when solution.py parses, on steps that run the tests
+    tests_passed   the share of tests that pass (top-level statements of `tests`; a task whose
+                   tests define `check()` counts as one test)
+    well_formed    1 when every tool call of the step was well-formed and known, else 0
+
+The test harness runs the solution, then the tests, in one sandboxed process, and reports through
+a line tagged with a nonce that it reads from stdin (then closes) before the solution runs, with
+`os.write` captured. That defeats the usual reward hacks — exiting early with status 0, printing
+a fake verdict — since only a verdict carrying the nonce counts. A solution that digs the nonce
+out of the interpreter (frames, gc, ctypes) is not covered: in-process tests cannot stop it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import secrets
+from typing import Any
+
+from honing.envs.base import (
+    Action,
+    EnvConfig,
+    Environment,
+    FailureReason,
+    StepInfo,
+    ToolCall,
+    ToolResult,
+    tool_schema,
+)
+from honing.errors import HoningError
+from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool, Workspace
+from honing.tasks.load import AnyTask
+from honing.tasks.schema import CodeTask
+
+SOLUTION = "solution.py"
+CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
+RUN_TIMEOUT_S = 10.0
+
+TOOLS = [
+    tool_schema("write_file", "Write a file in the workspace (replaces it).",
+                {"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]),
+    tool_schema("read_file", "Read a file of the workspace.", {"path": {"type": "string"}},
+                ["path"]),
+    tool_schema("run_tests", "Run the task's tests against solution.py.", {}, []),
+    tool_schema("run_python", "Run a Python program in the workspace; see its output.",
+                {"code": {"type": "string"}}, ["code"]),
+    tool_schema("rollback", "Return the workspace to its best state so far.", {}, []),
+]  # fmt: skip
+
+HARNESS = """\
+def _main():
+    import json, os, sys, traceback
+    nonce = sys.stdin.readline().strip()  # read, then gone, before the solution runs
+    os.close(0)
+    write, dumps, describe = os.write, json.dumps, traceback.format_exception_only
+    g = {"__name__": "solution"}
+    compiled, errors, passed = True, [], 0
+    try:
+        exec(compile(open("solution.py").read(), "solution.py", "exec"), g)
+    except SyntaxError as e:
+        compiled, errors = False, ["".join(describe(type(e), e)).strip()]
+    except BaseException as e:
+        errors = ["solution.py: " + "".join(describe(type(e), e)).strip()]
+    tests = TESTS
+    if not errors:
+        for src in tests:
+            try:
+                exec(compile(src, "tests.py", "exec"), g)
+                passed += 1
+            except BaseException as e:
+                first = src.strip().splitlines()[-1][:120]
+                errors.append(first + " -> " + "".join(describe(type(e), e)).strip())
+    verdict = {"compiled": compiled, "passed": passed, "total": len(tests), "errors": errors[:5]}
+    write(1, ("\\n" + nonce + " " + dumps(verdict) + "\\n").encode())
+_main()
+"""
+
+
+def test_units(task: CodeTask) -> list[str]:
+    """The tests as separately counted units: top-level statements, or one `check` call."""
+    if "def check(" in task.tests:
+        return [f"{task.tests}\ncheck({task.entry_point})"]
+    try:
+        tree = ast.parse(task.tests)
+    except SyntaxError:
+        return [task.tests]  # reported by the run as a failing unit
+    lines = task.tests.splitlines(keepends=True)
+    setup: list[str] = []
+    units: list[str] = []
+    for node in tree.body:
+        src = "".join(lines[node.lineno - 1 : node.end_lineno])
+        if isinstance(node, ast.Assert | ast.Expr):
+            units.append(src)
+        else:
+            setup.append(src)  # imports, helpers: run before every counted statement
+    prefix = "".join(setup)
+    return [prefix + u for u in units] or [task.tests]
+
+
+class CodeEnv(Environment):
+    domain = "code"
+
+    def __init__(self, pool: SandboxPool, config: EnvConfig | None = None) -> None:
+        super().__init__(config)
+        self.pool = pool
+        self.workspace: Workspace | None = None
+        self.best: tuple[float, str] = (-1.0, "")
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return TOOLS
+
+    async def _reset(self, task: AnyTask) -> None:
+        assert isinstance(task, CodeTask)
+        self.workspace = self.pool.workspace()
+        self.workspace.write(SOLUTION, task.prompt)
+        self.best = (-1.0, self.workspace.snapshot())
+        assert self.state is not None
+        self.state.constraints = [
+            f"Define `{task.entry_point}` in {SOLUTION}.",
+            "Only the workspace is writable; there is no network.",
+        ]
+        self.state.next_steps = [f"write_file {SOLUTION} with your implementation", "run_tests"]
+
+    async def checkpoint(self) -> str:
+        return self._ws().snapshot()
+
+    async def rollback(self, token: str) -> None:
+        self._ws().restore(token)
+
+    def _ws(self) -> Workspace:
+        if self.workspace is None:
+            raise HoningError("call reset(task) first")
+        return self.workspace
+
+    async def _step(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+        calls = list(action.tool_calls)
+        if not calls:
+            block = CODE_BLOCK.search(action.content)
+            if block is None:
+                detail = "no tool call and no ```python block: call a tool, e.g. run_tests"
+                return (
+                    {"well_formed": 0.0},
+                    [],
+                    StepInfo(failure=FailureReason.MALFORMED_ACTION, detail=detail),
+                )
+            calls = [
+                ToolCall(
+                    id="inline",
+                    name="write_file",
+                    arguments={"path": SOLUTION, "content": block.group(1)},
+                ),
+                ToolCall(id="inline-tests", name="run_tests", arguments={}),
+            ]
+        components: dict[str, float] = {"well_formed": 1.0}
+        results: list[ToolResult] = []
+        failure: FailureReason | None = None
+        detail, logs = "", []
+        tool_s: dict[str, float] = {}
+        for call in calls:
+            outcome = await self._call(call)
+            results.append(outcome.result)
+            components.update(outcome.components)
+            tool_s[call.name] = tool_s.get(call.name, 0.0) + outcome.seconds
+            if outcome.log:
+                logs.append(outcome.log)
+            if outcome.failure is not None and (failure is None or outcome.failure.infrastructure):
+                failure, detail = outcome.failure, outcome.result.content
+            if outcome.failure in (FailureReason.MALFORMED_ACTION, FailureReason.UNKNOWN_TOOL):
+                components["well_formed"] = 0.0
+            if outcome.failure is not None and outcome.failure.infrastructure:
+                break  # the sandbox broke: no point running the rest
+        assert self.state is not None
+        self.state.actions.append(
+            ", ".join(f"{c.name}" for c in calls)
+            + (
+                f" -> tests {components['tests_passed']:.0%}"
+                if "tests_passed" in components
+                else ""
+            )
+        )
+        if components.get("outcome") == 1.0:
+            self.done = True
+        elif "tests_passed" in components:
+            self.state.next_steps = [
+                f"fix {SOLUTION} using the errors above",
+                "run_tests",
+                "rollback if a change made things worse",
+            ]
+        info = StepInfo(failure=failure, detail=detail, tool_s=tool_s, logs=logs)
+        return components, results, info
+
+    async def _call(self, call: ToolCall) -> _CallOutcome:
+        ws = self._ws()
+        args = call.arguments
+        try:
+            if call.name == "write_file":
+                path, content = _str_arg(args, "path"), _str_arg(args, "content")
+                ws.write(path, content)
+                return _CallOutcome(call, True, f"wrote {path} ({len(content)} characters)")
+            if call.name == "read_file":
+                path = _str_arg(args, "path")
+                try:
+                    text = ws.read(path).decode("utf-8", errors="replace")
+                except FileNotFoundError as exc:
+                    return _CallOutcome(call, False, str(exc), failure=FailureReason.TOOL_ERROR)
+                return _CallOutcome(call, True, text[:20_000])
+            if call.name == "run_tests":
+                return await self._run_tests(call)
+            if call.name == "run_python":
+                result = await self.pool.run(
+                    ExecRequest(
+                        code=_str_arg(args, "code"), workspace=ws.id, timeout_s=RUN_TIMEOUT_S
+                    )
+                )
+                return _from_run(call, result)
+            if call.name == "rollback":
+                ws.restore(self.best[1])
+                return _CallOutcome(call, True, "workspace restored to its best state so far")
+        except ValueError as exc:  # a bad argument: a path outside the workspace, a wrong type
+            return _CallOutcome(call, False, str(exc), failure=FailureReason.MALFORMED_ACTION)
+        known = ", ".join(t["function"]["name"] for t in TOOLS)
+        return _CallOutcome(
+            call,
+            False,
+            f"unknown tool {call.name!r}; available: {known}",
+            failure=FailureReason.UNKNOWN_TOOL,
+        )
+
+    async def _run_tests(self, call: ToolCall) -> _CallOutcome:
+        assert isinstance(self.task, CodeTask)
+        ws = self._ws()
+        units = test_units(self.task)
+        nonce = secrets.token_hex(16)
+        program = HARNESS.replace("TESTS", json.dumps(units))
+        result = await self.pool.run(
+            ExecRequest(
+                code=program,
+                stdin=nonce + "\n",
+                filename="run_tests.py",
+                workspace=ws.id,
+                timeout_s=RUN_TIMEOUT_S,
+            )
+        )
+        if result.status is not ExecStatus.OK:
+            outcome = _from_run(call, result)
+            if outcome.failure is None or not outcome.failure.infrastructure:
+                outcome.components = {"outcome": 0.0, "compiles": 0.0, "tests_passed": 0.0}
+            return outcome
+        verdict = _verdict(result.stdout, nonce)
+        if verdict is None:  # the program ended without the harness's word: count nothing
+            return _CallOutcome(
+                call,
+                False,
+                "the tests did not report a result (did the solution exit early?)",
+                failure=FailureReason.TOOL_ERROR,
+                components={"outcome": 0.0, "compiles": 0.0, "tests_passed": 0.0},
+            )
+        share = verdict["passed"] / max(verdict["total"], 1)
+        if share > self.best[0]:
+            self.best = (share, ws.snapshot())
+        passed_all = bool(verdict["compiled"]) and verdict["passed"] == verdict["total"] > 0
+        text = f"{verdict['passed']}/{verdict['total']} tests passed"
+        if verdict["errors"]:
+            text += "\n" + "\n".join(verdict["errors"])
+        components = {
+            "outcome": 1.0 if passed_all else 0.0,
+            "compiles": 1.0 if verdict["compiled"] else 0.0,
+            "tests_passed": share,
+        }
+        failure = None if passed_all else FailureReason.TOOL_ERROR
+        return _CallOutcome(
+            call,
+            passed_all,
+            text,
+            failure=failure,
+            components=components,
+            seconds=result.wall_s,
+            log=result.stdout[-4000:],
+        )
+
+
+class _CallOutcome:
+    def __init__(
+        self,
+        call: ToolCall,
+        ok: bool,
+        content: str,
+        *,
+        failure: FailureReason | None = None,
+        components: dict[str, float] | None = None,
+        seconds: float = 0.0,
+        log: str = "",
+    ) -> None:
+        self.result = ToolResult(call_id=call.id, name=call.name, content=content, ok=ok)
+        self.failure = failure
+        self.components = components or {}
+        self.seconds = seconds
+        self.log = log
+
+
+def _str_arg(args: dict[str, Any], name: str) -> str:
+    value = args.get(name)
+    if not isinstance(value, str):
+        raise ValueError(f"argument {name!r} must be a string")
+    return value
+
+
+def _verdict(stdout: str, nonce: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(nonce + " "):
+            try:
+                found = json.loads(line[len(nonce) + 1 :])
+            except json.JSONDecodeError:
+                return None
+            return found if isinstance(found, dict) else None
+    return None
+
+
+_STATUS_FAILURE = {
+    ExecStatus.TIMEOUT: FailureReason.SANDBOX_TIMEOUT,
+    ExecStatus.MEMORY_LIMIT: FailureReason.MEMORY_LIMIT,
+    ExecStatus.OUTPUT_LIMIT: FailureReason.TOOL_ERROR,
+    ExecStatus.KILLED: FailureReason.TOOL_ERROR,
+    ExecStatus.ERROR: FailureReason.TOOL_ERROR,
+    ExecStatus.SANDBOX_ERROR: FailureReason.SANDBOX_ERROR,
+}
+
+
+def _from_run(call: ToolCall, result: ExecResult) -> _CallOutcome:
+    text = (result.stdout[-4000:] + result.stderr[-4000:]).strip() or "(no output)"
+    if result.status is not ExecStatus.OK:
+        text = f"[{result.status.value}] {result.error}\n{text}".strip()
+    return _CallOutcome(
+        call,
+        result.status is ExecStatus.OK,
+        text,
+        failure=_STATUS_FAILURE.get(result.status),
+        seconds=result.wall_s,
+        log=text,
+    )
