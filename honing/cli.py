@@ -187,12 +187,26 @@ def _humaneval_programs() -> list[str]:
 def runtime_build(
     name: Annotated[str, typer.Argument(help="Runtime name, e.g. 'numpy'.")],
     requirements: Annotated[
-        Path, typer.Option("-r", "--requirements", help="pip requirements file.")
-    ],
+        Path | None, typer.Option("-r", "--requirements", help="pip requirements file.")
+    ] = None,
+    from_installed: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--from-installed",
+            help="Take this distribution (and what it requires) "
+            "as installed beside honing: offline. Repeatable.",
+        ),
+    ] = None,
 ) -> None:
-    """Build runtime NAME from a requirements file, once; later builds reuse the cache."""
+    """Build runtime NAME once (later builds reuse the cache): from -r FILE or --from-installed."""
+    if (requirements is None) == (not from_installed):
+        raise _fail("give either -r REQUIREMENTS or --from-installed DIST (not both)")
     try:
-        info = RuntimeStore().build(name, requirements)
+        store = RuntimeStore()
+        if requirements is not None:
+            info = store.build(name, requirements)
+        else:
+            info = store.build_from_installed(name, from_installed or [])
     except HoningError as exc:
         raise _fail(str(exc)) from exc
     how = "cached" if info.cached else f"built in {info.built_s:.1f}s"

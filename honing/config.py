@@ -42,6 +42,11 @@ class SandboxConfig(StrictModel):
     runtime: str | None = Field(
         None, description="Named runtime from `honing sandbox runtime build`; default: stdlib only."
     )
+    preload: list[str] = Field(
+        default_factory=list,
+        description="Modules each cell imports once at start (from its runtime), so executions "
+        "find them warm instead of importing them every time.",
+    )
     timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit per execution.")
     cpu_s: float | None = Field(
         None, gt=0, description="CPU-time limit per process; default: wall-clock limit + 1 s."

@@ -14,6 +14,7 @@ The filesystem a cell sees (all read-only except /workspace and /tmp):
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -64,6 +65,7 @@ class Launcher:
     isolation: str  # "bwrap" or "none"
     tmp_mb: int
     runtime_dir: Path | None = None
+    preload: tuple[str, ...] = ()  # modules the zygote imports once, so every job finds them warm
 
     def check(self) -> None:
         if self.isolation == "bwrap" and shutil.which("bwrap") is None:
@@ -73,7 +75,8 @@ class Launcher:
         python = str(interpreter())
         if self.isolation == "none":
             runtime = str(self.runtime_dir) if self.runtime_dir else ""
-            return [python, "-I", "-S", "-B", str(ZYGOTE), str(workspace), str(tmp), runtime]
+            spec = self._spec(str(workspace), str(tmp), runtime or None, [])
+            return [python, "-I", "-S", "-B", str(ZYGOTE), spec]
         args = [
             shutil.which("bwrap") or "bwrap",
             "--unshare-all",  # ipc, pid, net (loopback only), uts, cgroup
@@ -108,9 +111,13 @@ class Launcher:
         ]  # fmt: skip
         for key, value in clean_env().items():
             args += ["--setenv", key, value]
-        args += ["--", python, "-I", "-S", "-B", INSIDE_ZYGOTE, INSIDE_WORKSPACE, INSIDE_TMP]
-        args += [runtime, INSIDE_SHM]
+        spec = self._spec(INSIDE_WORKSPACE, INSIDE_TMP, runtime or None, [INSIDE_SHM])
+        args += ["--", python, "-I", "-S", "-B", INSIDE_ZYGOTE, spec]
         return args
+
+    def _spec(self, workspace: str, tmp: str, runtime: str | None, scratch: list[str]) -> str:
+        return json.dumps({"workspace": workspace, "tmp": tmp, "runtime": runtime,
+                           "scratch": scratch, "preload": list(self.preload)})  # fmt: skip
 
 
 def _system_mounts() -> list[str]:

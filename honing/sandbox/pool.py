@@ -141,7 +141,7 @@ class SandboxPool:
             raise SandboxError(f"a pool can be started once; this one is {self.state.value}")
         cfg = self.config
         runtime_dir = self._runtimes.resolve(cfg.runtime) if cfg.runtime else None
-        self._launcher = Launcher(cfg.isolation, cfg.tmp_mb, runtime_dir)
+        self._launcher = Launcher(cfg.isolation, cfg.tmp_mb, runtime_dir, tuple(cfg.preload))
         self._launcher.check()
         if cfg.isolation == "none":
             warnings.warn(NO_ISOLATION_WARNING, stacklevel=2)

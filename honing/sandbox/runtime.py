@@ -20,7 +20,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from honing.config import default_home
@@ -84,46 +86,111 @@ class RuntimeStore:
         return h.hexdigest()[:16]
 
     def build(self, name: str, requirements_file: Path) -> RuntimeInfo:
-        if not NAME_RE.match(name):
-            raise RuntimeBuildError(
-                f"runtime name {name!r} is invalid: use letters, digits, '.', '_' or '-'"
-            )
+        """Runtime `name` from a pip requirements file (needs the package index once)."""
         try:
             lines = requirements_file.read_text().splitlines()
         except OSError as exc:
             raise RuntimeBuildError(f"{requirements_file}: cannot read: {exc.strerror}") from exc
         reqs = sorted({ln.split("#", 1)[0].strip() for ln in lines} - {""})
-        version = ".".join(map(str, sys.version_info[:3]))
-        digest = self._digest(version, reqs, requirements_file.resolve().parent)
+        digest = self._digest(_python_version(), reqs, requirements_file.resolve().parent)
+        return self._build(name, digest, reqs, lambda d: _pip_install(d, requirements_file, reqs))
+
+    def build_from_installed(self, name: str, distributions: list[str]) -> RuntimeInfo:
+        """Runtime `name` from distributions installed beside honing, with their dependencies:
+        offline, and exactly the versions honing itself runs."""
+        found = _installed_closure(distributions)
+        pins = sorted(f"{d.metadata['Name']}=={d.version}" for d in found)
+        digest = hashlib.sha256(json.dumps([_python_version(), pins]).encode()).hexdigest()[:16]
+        return self._build(name, digest, pins, lambda d: _copy_installed(d, found))
+
+    def _build(
+        self, name: str, digest: str, reqs: list[str], fill: Callable[[Path], None]
+    ) -> RuntimeInfo:
+        if not NAME_RE.match(name):
+            raise RuntimeBuildError(
+                f"runtime name {name!r} is invalid: use letters, digits, '.', '_' or '-'"
+            )
         target = self.dir / digest
         cached = (target / "COMPLETE").exists()
         started = time.perf_counter()
         if not cached:
-            self._pip_install(target, requirements_file, reqs)
+            staging = target.with_name(target.name + f".building-{os.getpid()}")
+            shutil.rmtree(staging, ignore_errors=True)
+            (staging / "site-packages").mkdir(parents=True)
+            try:
+                fill(staging / "site-packages")
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            (staging / "requirements.txt").write_text("\n".join(reqs) + "\n")
+            (staging / "COMPLETE").write_text("")
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(staging, target)
         built_s = time.perf_counter() - started
         (self.dir / "names").mkdir(parents=True, exist_ok=True)
-        meta = {"id": digest, "requirements": reqs, "python": version, "built_s": built_s}
+        meta = {"id": digest, "requirements": reqs, "python": _python_version(), "built_s": built_s}
         (self.dir / "names" / f"{name}.json").write_text(json.dumps(meta, indent=2))
         return RuntimeInfo(name, digest, target / "site-packages", reqs, built_s, cached)
 
-    def _pip_install(self, target: Path, requirements_file: Path, reqs: list[str]) -> None:
-        staging = target.with_name(target.name + ".building")
-        shutil.rmtree(staging, ignore_errors=True)
-        (staging / "site-packages").mkdir(parents=True)
-        if reqs:
-            # pip of the running interpreter: the same version as the sandbox's, so wheels match.
-            cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-input",
-                   "--disable-pip-version-check", "--target", str(staging / "site-packages"),
-                   "-r", str(requirements_file.resolve())]  # fmt: skip
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, cwd=requirements_file.resolve().parent
-            )
-            if proc.returncode != 0:
-                shutil.rmtree(staging, ignore_errors=True)
+
+def _python_version() -> str:
+    return ".".join(map(str, sys.version_info[:3]))
+
+
+def _pip_install(site: Path, requirements_file: Path, reqs: list[str]) -> None:
+    if not reqs:
+        return
+    # pip of the running interpreter: the same version as the sandbox's, so wheels match.
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-input",
+           "--disable-pip-version-check", "--target", str(site),
+           "-r", str(requirements_file.resolve())]  # fmt: skip
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=requirements_file.resolve().parent
+    )
+    if proc.returncode != 0:
+        raise RuntimeBuildError(
+            f"pip could not install {requirements_file}:\n{proc.stderr.strip()[-2000:]}"
+        )
+
+
+def _installed_closure(names: list[str]) -> list[metadata.Distribution]:
+    """The named installed distributions and everything they require (extras left out)."""
+    from packaging.requirements import Requirement
+
+    found: dict[str, metadata.Distribution] = {}
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in found:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            if name in names:
                 raise RuntimeBuildError(
-                    f"pip could not install {requirements_file}:\n{proc.stderr.strip()[-2000:]}"
-                )
-        (staging / "requirements.txt").write_text("\n".join(reqs) + "\n")
-        (staging / "COMPLETE").write_text("")
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(staging, target)
+                    f"{name} is not installed beside honing: pip install it, or use -r"
+                ) from None
+            continue  # an optional or stdlib-provided requirement
+        found[key] = dist
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return list(found.values())
+
+
+def _copy_installed(site: Path, dists: list[metadata.Distribution]) -> None:
+    """Hard-link (or copy) each distribution's files that live in site-packages."""
+    for dist in dists:
+        root = Path(str(dist.locate_file(""))).resolve()
+        for file in dist.files or []:
+            source = Path(str(dist.locate_file(file))).resolve()
+            if root not in source.parents or not source.is_file() or "__pycache__" in source.parts:
+                continue  # scripts in bin/, byte-code: not needed
+            target = site / source.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)

@@ -171,11 +171,17 @@ def _install_seccomp() -> bool:
 
 class Zygote:
     def __init__(
-        self, workspace: str, tmp: str, runtime_path: str | None, scratch: tuple[str, ...] = ()
+        self,
+        workspace: str,
+        tmp: str,
+        runtime_path: str | None,
+        scratch: tuple[str, ...] = (),
+        preload: tuple[str, ...] = (),
     ) -> None:
         self.workspace = workspace
         self.tmp = tmp
         self.scratch = (tmp, *scratch)  # emptied after every job
+        self.preload = preload
         self.is_init = os.getpid() == 1
         if runtime_path:
             sys.path.insert(0, runtime_path)
@@ -192,6 +198,8 @@ class Zygote:
         for name in PREIMPORT:
             with contextlib.suppress(ImportError):
                 importlib.import_module(name)
+        for name in self.preload:  # asked for by the pool: a failure here is the pool's error
+            importlib.import_module(name)
         compile("pass", "<warm-up>", "exec")  # the first compile in a process is slow
         # After every fork each page the zygote writes costs it a page fault, so its collector
         # stays off (it allocates little and rarely makes cycles; it collects between jobs
@@ -458,10 +466,15 @@ def _exec_main(
 
 
 def main(argv: list[str]) -> None:
-    """argv: WORKSPACE TMP [RUNTIME_PATH [SCRATCH_DIR ...]] (RUNTIME_PATH may be empty)."""
-    workspace, tmp = argv[1], argv[2]
-    runtime_path = argv[3] if len(argv) > 3 else ""
-    Zygote(workspace, tmp, runtime_path or None, tuple(argv[4:])).serve()
+    """argv[1]: JSON {"workspace", "tmp", "runtime" (or null), "scratch", "preload"}."""
+    spec = json.loads(argv[1])
+    Zygote(
+        spec["workspace"],
+        spec["tmp"],
+        spec["runtime"],
+        tuple(spec["scratch"]),
+        tuple(spec["preload"]),
+    ).serve()
 
 
 if __name__ == "__main__":

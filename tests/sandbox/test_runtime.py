@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from honing.config import SandboxConfig
-from honing.errors import RuntimeBuildError
+from honing.errors import RuntimeBuildError, SandboxError
 from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
 
 
@@ -99,3 +99,24 @@ def test_bad_name_is_rejected(tmp_path: Path) -> None:
     req.write_text("")
     with pytest.raises(RuntimeBuildError, match="invalid"):
         RuntimeStore(home=tmp_path).build("../evil", req)
+
+
+async def test_runtime_from_installed_distributions_with_preload(tmp_path: Path) -> None:
+    store = RuntimeStore(home=tmp_path)
+    info = store.build_from_installed("yaml", ["PyYAML"])
+    assert any(r.startswith("PyYAML==") for r in info.requirements)
+    assert store.build_from_installed("yaml", ["PyYAML"]).cached
+    config = SandboxConfig(pool_size=1, runtime="yaml", preload=["yaml"])
+    async with SandboxPool(config, runtimes=store) as pool:
+        code = "import sys, yaml\nprint(yaml.safe_load('a: [1, 2]'), 'yaml' in sys.modules)"
+        result = await pool.run(ExecRequest(code=code))
+    assert result.status is ExecStatus.OK, result.stderr
+    assert result.stdout == "{'a': [1, 2]} True\n"
+    with pytest.raises(RuntimeBuildError, match="not installed beside honing"):
+        store.build_from_installed("nope", ["surely-not-installed-dist"])
+
+
+async def test_a_preload_that_fails_is_a_clear_start_error(tmp_path: Path) -> None:
+    pool = SandboxPool(SandboxConfig(pool_size=1, preload=["no_such_module_anywhere"]))
+    with pytest.raises(SandboxError, match="no_such_module_anywhere"):
+        await pool.start()
