@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from honing.config import StrictModel
 from honing.errors import HoningError
+from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
 
 
@@ -195,7 +196,8 @@ class Environment(abc.ABC):
     domain: str = ""
     OUTCOME = "outcome"
 
-    def __init__(self, config: EnvConfig | None = None) -> None:
+    def __init__(self, pool: SandboxPool, config: EnvConfig | None = None) -> None:
+        self.pool = pool  # every domain executes something: programs, queries, calculators
         self.config = config or EnvConfig()
         self.task: AnyTask | None = None
         self.state: TaskState | None = None
@@ -262,6 +264,11 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     async def _step(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
         """Run one action: reward components, tool results, info. May set `self.done`."""
+
+    @abc.abstractmethod
+    def reference_actions(self, task: AnyTask) -> list[Action]:
+        """The actions that submit `task.reference` through the normal tools (for the
+        `reference` policy of the evaluation, and to test that the environment can be solved)."""
 
     @abc.abstractmethod
     async def checkpoint(self) -> str:

@@ -111,8 +111,7 @@ class CodeEnv(Environment):
     domain = "code"
 
     def __init__(self, pool: SandboxPool, config: EnvConfig | None = None) -> None:
-        super().__init__(config)
-        self.pool = pool
+        super().__init__(pool, config)
         self.workspace: Workspace | None = None
         self.best: tuple[float, str] = (-1.0, "")
 
@@ -131,6 +130,15 @@ class CodeEnv(Environment):
             "Only the workspace is writable; there is no network.",
         ]
         self.state.next_steps = [f"write_file {SOLUTION} with your implementation", "run_tests"]
+
+    def reference_actions(self, task: AnyTask) -> list[Action]:
+        assert isinstance(task, CodeTask)
+        if task.reference is None:
+            raise HoningError(f"task {task.id} has no reference")
+        write = ToolCall(id="ref-write", name="write_file",
+                         arguments={"path": SOLUTION, "content": task.reference})  # fmt: skip
+        test = ToolCall(id="ref-test", name="run_tests", arguments={})
+        return [Action(tool_calls=[write, test])]
 
     async def checkpoint(self) -> str:
         return self._ws().snapshot()

@@ -9,13 +9,24 @@ reference verification with quarantine. Not covered here: environments that use 
 
 from honing.tasks.load import Quarantined, TaskSet, load_tasks, read_rows, tasks_from_rows
 from honing.tasks.quality import Verification, apply_quality_filter, verify_references
-from honing.tasks.schema import DOMAINS, CodeTask, MathTask, Task, TaskBase, ToolsTask
+from honing.tasks.schema import (
+    DOMAINS,
+    AnswerRule,
+    CodeTask,
+    MathTask,
+    SqlTask,
+    Task,
+    TaskBase,
+    ToolsTask,
+)
 
 __all__ = [
     "DOMAINS",
+    "AnswerRule",
     "CodeTask",
     "MathTask",
     "Quarantined",
+    "SqlTask",
     "Task",
     "TaskBase",
     "TaskSet",

@@ -27,9 +27,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from honing.errors import ConfigError
-from honing.tasks.schema import DOMAINS, TASK_ADAPTER, CodeTask, MathTask, ToolsTask
+from honing.tasks.schema import DOMAINS, TASK_ADAPTER, CodeTask, MathTask, SqlTask, ToolsTask
 
-AnyTask = CodeTask | MathTask | ToolsTask
+AnyTask = CodeTask | MathTask | ToolsTask | SqlTask
 
 
 @dataclass(frozen=True)

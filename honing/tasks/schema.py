@@ -7,6 +7,8 @@
     tools  call the right functions with the right arguments: `functions` (their schemas) and
            `expected_calls` (BFCL's form; see `honing.tasks.toolcalls`); the reference is a JSON
            list of calls `[{"name", "arguments"}]`
+    sql    answer a question about tables with DuckDB: `tables`, `answer`, `rules`; the reference
+           is a SQL query whose single value is the answer
 
 Every task has `id`, `prompt`, `tags`, an optional `reference` (a known-good solution: for code, the
 full source of a solution; for math, a final answer or worked solution ending in one; for tools,
@@ -71,6 +73,32 @@ class ToolsTask(TaskBase):
         return value
 
 
-Task = Annotated[CodeTask | MathTask | ToolsTask, Field(discriminator="domain")]
-DOMAINS = ("code", "math", "tools")
-TASK_ADAPTER: TypeAdapter[CodeTask | MathTask | ToolsTask] = TypeAdapter(Task)
+class AnswerRule(BaseModel):
+    """One check of a sql task's answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["numeric", "mentions", "traceable"] = Field(
+        description="numeric: the answer's number equals `answer` within `tolerance` (relative); "
+        "mentions: the answer contains `text` (e.g. the id of an anomalous row); traceable: the "
+        "answer shows the SQL that produces its number."
+    )
+    tolerance: float = Field(0.0, ge=0)
+    text: str | None = None
+
+
+class SqlTask(TaskBase):
+    domain: Literal["sql"] = "sql"
+    tables: dict[str, str] = Field(
+        description="Table name → CSV text, or the path/URL of a .csv or .parquet file."
+    )
+    answer: str = Field(min_length=1, description="The expected final answer.")
+    rules: list[AnswerRule] = Field(
+        default_factory=lambda: [AnswerRule(kind="numeric")],
+        description="How an answer is judged; by default its number must equal `answer`.",
+    )
+
+
+Task = Annotated[CodeTask | MathTask | ToolsTask | SqlTask, Field(discriminator="domain")]
+DOMAINS = ("code", "math", "tools", "sql")
+TASK_ADAPTER: TypeAdapter[CodeTask | MathTask | ToolsTask | SqlTask] = TypeAdapter(Task)

@@ -1,0 +1,23 @@
+"""Which environment runs which domain: `make_env(task.domain, pool, config)`.
+
+Each domain module registers its class here; a domain without one is an error that lists the
+domains that have one.
+"""
+
+from __future__ import annotations
+
+from honing.envs.base import EnvConfig, Environment
+from honing.envs.code import CodeEnv
+from honing.errors import ConfigError
+from honing.sandbox import SandboxPool
+
+ENVIRONMENTS: dict[str, type[Environment]] = {"code": CodeEnv}
+
+
+def make_env(domain: str, pool: SandboxPool, config: EnvConfig | None = None) -> Environment:
+    try:
+        cls = ENVIRONMENTS[domain]
+    except KeyError:
+        known = ", ".join(sorted(ENVIRONMENTS))
+        raise ConfigError(f"no environment for domain {domain!r}; available: {known}") from None
+    return cls(pool, config)
