@@ -117,6 +117,8 @@ class SandboxPool:
         self._background: set[asyncio.Task[None]] = set()
         self._broken: str | None = None
         self._counter = 0
+        self._siblings: dict[tuple[str, tuple[str, ...]], SandboxPool] = {}
+        self._sibling_lock = asyncio.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> SandboxPool:
@@ -166,6 +168,8 @@ class SandboxPool:
         if self.state is PoolState.CLOSED:
             return
         self.state = PoolState.CLOSED
+        await asyncio.gather(*(p.close() for p in self._siblings.values()), return_exceptions=True)
+        self._siblings.clear()
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -192,6 +196,20 @@ class SandboxPool:
             await cell.close()
             raise
         return cell
+
+    async def sibling(self, runtime: str, preload: list[str], size: int = 1) -> SandboxPool:
+        """A pool like this one but with another runtime (and warm modules), started on first
+        use, shared by every caller asking for the same, and closed with this pool. Environments
+        use it to run checkers that need packages (DuckDB, math-verify) beside plain programs."""
+        key = (runtime, tuple(preload))
+        async with self._sibling_lock:
+            pool = self._siblings.get(key)
+            if pool is None:
+                update = {"runtime": runtime, "preload": preload, "pool_size": size}
+                pool = SandboxPool(self.config.model_copy(update=update), self._runtimes)
+                await pool.start()
+                self._siblings[key] = pool
+        return pool
 
     # -- workspaces ------------------------------------------------------------------------
     def workspace(self) -> Workspace:

@@ -120,3 +120,18 @@ async def test_a_preload_that_fails_is_a_clear_start_error(tmp_path: Path) -> No
     pool = SandboxPool(SandboxConfig(pool_size=1, preload=["no_such_module_anywhere"]))
     with pytest.raises(SandboxError, match="no_such_module_anywhere"):
         await pool.start()
+
+
+async def test_sibling_pool_with_another_runtime_is_shared_and_closed_with_its_parent(
+    tmp_path: Path,
+) -> None:
+    store = RuntimeStore(home=tmp_path)
+    store.build_from_installed("yaml", ["PyYAML"])
+    async with SandboxPool(SandboxConfig(pool_size=1), runtimes=store) as pool:
+        sibling = await pool.sibling("yaml", ["yaml"])
+        assert await pool.sibling("yaml", ["yaml"]) is sibling
+        in_sibling = await sibling.run(ExecRequest(code="import yaml; print(yaml.__name__)"))
+        in_parent = await pool.run(ExecRequest(code="import yaml"))
+    assert in_sibling.stdout == "yaml\n"
+    assert in_parent.status is ExecStatus.ERROR  # the parent's runtime is still the stdlib
+    assert sibling.state.value == "closed"
