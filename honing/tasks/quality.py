@@ -3,30 +3,28 @@
     code   the reference, then the tests, then `check(entry_point)` when the tests define
            `check`, run as one program in the sandbox; it must exit cleanly
     math   the reference's final answer must equal `answer` symbolically or numerically
-           (math-verify); a reference that is only a worked solution is judged by its last answer
+           (math-verify, run in the sandbox: see `honing.tasks.mathcheck`); a reference that is only
+           a worked solution is judged by its last answer
     tools  the reference's calls must match `expected_calls` (`honing.tasks.toolcalls`)
 
 A task whose reference fails is quarantined with the reason. A task the sandbox could not run
 (status `sandbox_error`) is neither passed nor failed: it is reported as unverified, because an
 infrastructure failure says nothing about the task.
 
-Not covered: math references are parsed on the host with math-verify (sympy), which is only as
-safe as the task file it reads; model answers must never be parsed this way outside a sandbox.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
 
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
 from honing.tasks.load import AnyTask, Quarantined, TaskSet
+from honing.tasks.mathcheck import math_equal_many
 from honing.tasks.schema import CodeTask, MathTask, ToolsTask
 from honing.tasks.toolcalls import match_calls
 
 CODE_TIMEOUT_S = 10.0
-MATH_TIMEOUT_S = 5
 
 
 @dataclass
@@ -45,25 +43,6 @@ def code_program(task: CodeTask, solution: str) -> str:
     if "def check(" in task.tests:
         program += f"\ncheck({task.entry_point})\n"
     return program
-
-
-def math_equal(expected: str, given: str) -> bool:
-    """Whether `given` states the same value as `expected` (symbolic or numeric equality).
-
-    math-verify bounds its own work with SIGALRM, which exists only in the main thread; elsewhere
-    it runs unbounded.
-    """
-    from math_verify import parse, verify
-
-    limit = MATH_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
-
-    def read(text: str) -> list[object]:
-        wrapped = text if ("$" in text or "\\boxed" in text) else f"${text}$"
-        found = parse(wrapped, parsing_timeout=limit) or parse(text, parsing_timeout=limit)
-        return list(found)
-
-    gold = read(expected)
-    return bool(gold) and bool(verify(gold, read(given), timeout_seconds=limit))
 
 
 def tools_reference_mismatch(task: ToolsTask) -> str | None:
@@ -97,6 +76,9 @@ async def verify_references(
         ExecRequest(code=code_program(t, t.reference or ""), timeout_s=CODE_TIMEOUT_S) for t in code
     )
     by_id: dict[str, ExecResult] = {t.id: r for t, r in zip(code, results, strict=True)}
+    maths = [t for t in tasks if isinstance(t, MathTask) and t.reference is not None]
+    found = await math_equal_many(pool, [(t.answer, t.reference or "") for t in maths])
+    math_verdicts = None if found is None else {t.id: v for t, v in zip(maths, found, strict=True)}
     for task in tasks:
         if task.reference is None:
             out.without_reference.append(task)
@@ -117,8 +99,9 @@ async def verify_references(
             else:
                 out.failed.append(failed(task, reason))
         elif isinstance(task, MathTask):
-            ok = math_equal(task.answer, task.reference)
-            if ok:
+            if math_verdicts is None:
+                out.unverified.append((task, "sandbox error: the math checker did not run"))
+            elif math_verdicts[task.id]:
                 out.passed.append(task)
             else:
                 out.failed.append(failed(task, f"reference does not equal answer {task.answer!r}"))

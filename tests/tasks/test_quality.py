@@ -11,7 +11,8 @@ import pytest
 
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
 from honing.tasks import apply_quality_filter, load_tasks, verify_references
-from honing.tasks.quality import code_program, math_equal
+from honing.tasks.mathcheck import math_equal_many
+from honing.tasks.quality import code_program
 
 BAD_CODE = {
     "id": "code/add-wrong",
@@ -46,23 +47,25 @@ GOOD_PLAIN = {
 }
 
 
-@pytest.mark.parametrize(
-    ("expected", "given", "equal"),
-    [
-        ("391", "17*23 = 391", True),
-        ("391", "391", True),
-        ("\\frac{1}{2}", "0.5", True),
-        ("0.5", "\\frac{1}{2}", True),
-        ("391", "so the answer is \\boxed{391}", True),
-        ("(x+1)^2", "x^2 + 2x + 1", True),
-        ("4", "5", False),
-        ("5", "4", False),
-        ("391", "17*23 = 390", False),
-        ("\\frac{1}{2}", "0.25", False),
-    ],
-)
-def test_math_equal(expected: str, given: str, equal: bool) -> None:
-    assert math_equal(expected, given) is equal
+MATH_CASES = [
+    ("391", "17*23 = 391", True),
+    ("391", "391", True),
+    ("\\frac{1}{2}", "0.5", True),
+    ("0.5", "\\frac{1}{2}", True),
+    ("391", "so the answer is \\boxed{391}", True),
+    ("(x+1)^2", "x^2 + 2x + 1", True),
+    ("4", "5", False),
+    ("5", "4", False),
+    ("391", "17*23 = 390", False),
+    ("\\frac{1}{2}", "0.25", False),
+    # parsed inside the sandbox: text that would run code on a host parser is only unequal
+    ("1", "__import__('os').system('touch /tmp/honing-pwned')", False),
+]
+
+
+async def test_math_equal_in_the_sandbox(pool: SandboxPool) -> None:
+    found = await math_equal_many(pool, [(e, g) for e, g, _ in MATH_CASES])
+    assert found == [equal for _, _, equal in MATH_CASES]
 
 
 def test_code_program_calls_check_only_when_defined() -> None:
