@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from honing.envs.base import EnvConfig, Environment
 from honing.envs.code import CodeEnv
+from honing.envs.math import MathEnv
 from honing.errors import ConfigError
 from honing.sandbox import SandboxPool
 
-ENVIRONMENTS: dict[str, type[Environment]] = {"code": CodeEnv}
+ENVIRONMENTS: dict[str, type[Environment]] = {
+    "code": CodeEnv,
+    "math": MathEnv,
+}
 
 
 def make_env(domain: str, pool: SandboxPool, config: EnvConfig | None = None) -> Environment:

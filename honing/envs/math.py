@@ -1,0 +1,194 @@
+"""The math domain: a final-answer problem, with a calculator the model may use.
+
+Tools: `calculator(expression)` evaluates arithmetic exactly (integers and fractions stay exact;
+`sqrt`, `log`, `sin`… and `pi`, `e` are there) in the sandbox, so `9**9**9` costs the program its
+limits, not the host; `answer(value)` submits the final answer and ends the episode. A reply
+without a tool call that states `\\boxed{...}` or a last line `Answer: ...` is taken as the answer.
+
+Reward components (unweighted):
+    outcome      1 when the answer equals the task's answer (math-verify, in the sandbox), else 0
+    tool_ok      1 when every calculator call of the step evaluated, else 0
+    well_formed  1 when every tool call of the step was well-formed and known, else 0
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from honing.envs.base import (
+    Action,
+    EnvConfig,
+    Environment,
+    FailureReason,
+    StepInfo,
+    ToolCall,
+    ToolResult,
+    tool_schema,
+)
+from honing.errors import HoningError
+from honing.sandbox import ExecRequest, ExecStatus, SandboxPool
+from honing.tasks.load import AnyTask
+from honing.tasks.mathcheck import math_equal
+from honing.tasks.schema import MathTask
+
+BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+ANSWER_LINE = re.compile(r"^\s*(?:final\s+)?answer\s*[:=]\s*(.+?)\s*$", re.I | re.M)
+CALC_TIMEOUT_S = 5.0
+
+TOOLS = [
+    tool_schema("calculator", "Evaluate an arithmetic expression exactly, e.g. 123*45 or "
+                "sqrt(2)/3.", {"expression": {"type": "string"}}, ["expression"]),
+    tool_schema("answer", "Submit the final answer; ends the episode.",
+                {"value": {"type": "string"}}, ["value"]),
+]  # fmt: skip
+
+CALCULATOR = """\
+import ast, json, math, sys
+from fractions import Fraction
+FUNCS = {n: getattr(math, n) for n in ("sqrt", "log", "log2", "log10", "exp", "sin", "cos",
+         "tan", "floor", "ceil", "factorial", "gcd", "comb", "perm", "fabs")}
+FUNCS["abs"] = abs
+NAMES = {"pi": math.pi, "e": math.e}
+OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+       ast.Div: lambda a, b: Fraction(a) / Fraction(b) if isinstance(a, int | Fraction)
+       and isinstance(b, int | Fraction) else a / b, ast.FloorDiv: lambda a, b: a // b,
+       ast.Mod: lambda a, b: a % b, ast.Pow: lambda a, b: a ** b}
+def ev(node):
+    if isinstance(node, ast.Expression):
+        return ev(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in OPS:
+        return OPS[type(node.op)](ev(node.left), ev(node.right))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = ev(node.operand)
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.Name) and node.id in NAMES:
+        return NAMES[node.id]
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCS
+            and not node.keywords):
+        return FUNCS[node.func.id](*[ev(a) for a in node.args])
+    raise ValueError("not allowed: " + ast.unparse(node)[:60])
+try:
+    value = ev(ast.parse(sys.stdin.read().replace("^", "**"), mode="eval"))
+except (SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError) as e:
+    print(json.dumps({"error": type(e).__name__ + ": " + str(e)}))
+else:
+    if isinstance(value, Fraction) and value.denominator == 1:
+        value = value.numerator
+    text = str(value) if not isinstance(value, Fraction) else f"{value} (= {float(value):.12g})"
+    print(json.dumps({"value": text}))
+"""
+
+
+def stated_answer(content: str) -> str | None:
+    """The answer a plain reply states: its last \\boxed{...}, else a last `Answer: ...` line."""
+    boxed = BOXED.findall(content)
+    if boxed:
+        return str(boxed[-1]).strip()
+    lines = ANSWER_LINE.findall(content)
+    return str(lines[-1]) if lines else None
+
+
+class MathEnv(Environment):
+    domain = "math"
+
+    def __init__(self, pool: SandboxPool, config: EnvConfig | None = None) -> None:
+        super().__init__(pool, config)
+        self._tokens: dict[str, dict[str, Any]] = {}
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return TOOLS
+
+    async def _reset(self, task: AnyTask) -> None:
+        assert self.state is not None
+        self.state.constraints = ["Give the final answer with the answer tool (or \\boxed{...}).",
+                                  "The calculator is exact; use it for arithmetic."]  # fmt: skip
+        self.state.next_steps = ["work it out, using calculator for arithmetic", "answer"]
+
+    def reference_actions(self, task: AnyTask) -> list[Action]:
+        assert isinstance(task, MathTask)
+        value = task.reference if task.reference is not None else task.answer
+        return [Action(tool_calls=[ToolCall(id="ref-answer", name="answer",
+                                            arguments={"value": value})])]  # fmt: skip
+
+    async def checkpoint(self) -> str:
+        if self.state is None:
+            raise HoningError("call reset(task) first")
+        token = f"t{len(self._tokens)}"
+        self._tokens[token] = {"state": self.state.model_dump(), "steps": self.steps}
+        return token
+
+    async def rollback(self, token: str) -> None:
+        saved = self._tokens.get(token)
+        if saved is None or self.state is None:
+            raise HoningError(f"no checkpoint {token!r} in this episode")
+        self.state = type(self.state).model_validate(saved["state"])
+        self.steps = saved["steps"]
+
+    async def _step(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+        calls = list(action.tool_calls)
+        if not calls:
+            stated = stated_answer(action.content)
+            if stated is None:
+                detail = "no tool call and no \\boxed{...} answer: use calculator or answer"
+                return {"well_formed": 0.0}, [], StepInfo(
+                    failure=FailureReason.MALFORMED_ACTION, detail=detail)  # fmt: skip
+            calls = [ToolCall(id="inline", name="answer", arguments={"value": stated})]
+        components = {"well_formed": 1.0}
+        results: list[ToolResult] = []
+        failure: FailureReason | None = None
+        detail = ""
+        for call in calls:
+            ok, text, call_failure, extra = await self._call(call)
+            results.append(ToolResult(call_id=call.id, name=call.name, content=text, ok=ok))
+            components.update(extra)
+            if call_failure in (FailureReason.MALFORMED_ACTION, FailureReason.UNKNOWN_TOOL):
+                components["well_formed"] = 0.0
+            if call_failure is not None and (failure is None or call_failure.infrastructure):
+                failure, detail = call_failure, text
+            if self.done or (call_failure is not None and call_failure.infrastructure):
+                break
+        assert self.state is not None
+        self.state.actions.append(
+            "; ".join(f"{r.name}: {r.content.splitlines()[0][:60]}" for r in results)
+        )
+        return components, results, StepInfo(failure=failure, detail=detail)
+
+    async def _call(
+        self, call: ToolCall
+    ) -> tuple[bool, str, FailureReason | None, dict[str, float]]:
+        value = call.arguments.get("expression" if call.name == "calculator" else "value")
+        if call.name not in ("calculator", "answer"):
+            return (False, f"unknown tool {call.name!r}; available: calculator, answer",
+                    FailureReason.UNKNOWN_TOOL, {})  # fmt: skip
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            name = "expression" if call.name == "calculator" else "value"
+            return False, f"argument {name!r} must be a string", FailureReason.MALFORMED_ACTION, {}
+        if call.name == "calculator":
+            result = await self.pool.run(
+                ExecRequest(code=CALCULATOR, stdin=str(value), timeout_s=CALC_TIMEOUT_S)
+            )
+            if result.status is ExecStatus.SANDBOX_ERROR:
+                return False, result.error, FailureReason.SANDBOX_ERROR, {}
+            if result.status is not ExecStatus.OK:
+                return (False, f"calculator: {result.status.value} ({result.error})",
+                        FailureReason.TOOL_ERROR, {"tool_ok": 0.0})  # fmt: skip
+            out = json.loads(result.stdout)
+            if "error" in out:
+                return (
+                    False,
+                    f"calculator: {out['error']}",
+                    FailureReason.TOOL_ERROR,
+                    {"tool_ok": 0.0},
+                )
+            return True, f"{value} = {out['value']}", None, {"tool_ok": 1.0}
+        assert isinstance(self.task, MathTask)
+        self.done = True
+        equal = await math_equal(self.pool, self.task.answer, str(value))
+        if equal is None:
+            return False, "the answer checker failed", FailureReason.VERIFIER_CRASH, {}
+        return equal, "correct" if equal else "incorrect", None, {"outcome": float(equal)}
