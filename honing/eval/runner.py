@@ -1,0 +1,196 @@
+"""Running an evaluation: k episodes of every task with one policy, and the report of them.
+
+    async with SandboxPool(config) as pool:
+        report = await evaluate(load_tasks("humaneval"), make_policy("reference"), pool, k=1)
+    report.end_to_end.success_rate, report.to_json_dict()
+
+Every episode gets its own environment from the registry (`make_env(task.domain, pool, config)`),
+all on the one shared pool; at most `concurrency` episodes run at once. Every step is recorded
+(`Episode`), and the report is computed from the records alone (`honing.eval.metrics`).
+
+A sandbox exception inside an episode ends that episode as an infrastructure failure; any other
+exception (a task without a reference for the `reference` policy, a bug) stops the evaluation.
+A domain with no registered environment is refused before anything runs.
+
+Not covered: storing the episodes (the trajectory store's job) and retrying infrastructure
+failures (the scheduler's); both consume the same records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from honing.envs import registry
+from honing.envs.base import EnvConfig
+from honing.errors import ConfigError, SandboxError
+from honing.eval.metrics import (
+    EndToEnd,
+    Episode,
+    SingleStep,
+    Step,
+    Tiers,
+    Trajectory,
+    by_domain,
+    by_tag,
+    pass_at_k_values,
+    tiers,
+)
+from honing.eval.policies import Context, Policy
+from honing.sandbox import SandboxPool
+from honing.tasks.load import AnyTask, TaskSet
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """The three tiers over all episodes, and per domain and per tag."""
+
+    policy: str
+    tasks: str  # the task set's name
+    version: str  # the task set's content version
+    samples: int  # episodes per task (k)
+    max_steps: int
+    end_to_end: EndToEnd
+    single_step: SingleStep
+    trajectory: Trajectory
+    by_domain: dict[str, Tiers]
+    by_tag: dict[str, Tiers]
+    elapsed_s: float
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_domains(tasks: Sequence[AnyTask]) -> None:
+    """Refuse a task set with a domain no environment is registered for, naming it."""
+    missing: dict[str, int] = {}
+    for task in tasks:
+        if task.domain not in registry.ENVIRONMENTS:
+            missing[task.domain] = missing.get(task.domain, 0) + 1
+    if missing:
+        found = ", ".join(f"{d!r} ({n} tasks)" for d, n in sorted(missing.items()))
+        available = ", ".join(sorted(registry.ENVIRONMENTS))
+        raise ConfigError(
+            f"cannot evaluate domain {found}: no environment is registered for it; "
+            f"available: {available}"
+        )
+
+
+async def run_episode(
+    task: AnyTask, sample: int, policy: Policy, pool: SandboxPool, config: EnvConfig
+) -> Episode:
+    """Play one episode of `task` to its end (or until the policy stops), recording each step."""
+    env = registry.make_env(task.domain, pool, config)
+    steps: list[Step] = []
+    stopped, error = False, ""
+    try:
+        observation = await env.reset(task)
+        while not env.done:
+            action = await policy.act(Context(task, env, observation, tuple(steps)))
+            if action is None:
+                stopped = True
+                break
+            result = await env.step(action)
+            steps.append(Step(observation, action, result))
+            observation = result.observation
+    except SandboxError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return Episode(task.id, task.domain, tuple(task.tags), sample, tuple(steps), stopped, error)
+
+
+async def run_episodes(
+    tasks: Sequence[AnyTask],
+    policy: Policy,
+    pool: SandboxPool,
+    *,
+    k: int = 1,
+    config: EnvConfig | None = None,
+    concurrency: int | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
+) -> list[Episode]:
+    """`k` episodes of every task, in task order; `on_episode` hears of each as it ends."""
+    if k < 1:
+        raise ConfigError(f"k must be at least 1, not {k}")
+    check_domains(tasks)
+    env_config = config or EnvConfig()
+    # Scripted policies answer at once: twice the cells keeps every cell busy while the host
+    # side of other episodes (writing files, parsing verdicts) runs.
+    limit = asyncio.Semaphore(concurrency or 2 * pool.config.size)
+
+    async def one(task: AnyTask, sample: int) -> Episode:
+        async with limit:
+            episode = await run_episode(task, sample, policy, pool, env_config)
+        if on_episode is not None:
+            on_episode(episode)
+        return episode
+
+    jobs = [asyncio.ensure_future(one(t, s)) for t in tasks for s in range(k)]
+    try:
+        return list(await asyncio.gather(*jobs))
+    except BaseException:
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+        raise
+
+
+def report(
+    episodes: Sequence[Episode],
+    *,
+    policy: str,
+    taskset: TaskSet,
+    samples: int,
+    max_steps: int,
+    elapsed_s: float = 0.0,
+) -> EvalReport:
+    """The report of recorded episodes (pure: nothing is run)."""
+    ks = pass_at_k_values(samples)
+    overall = tiers(episodes, ks)
+    return EvalReport(
+        policy=policy,
+        tasks=taskset.name,
+        version=taskset.version,
+        samples=samples,
+        max_steps=max_steps,
+        end_to_end=overall.end_to_end,
+        single_step=overall.single_step,
+        trajectory=overall.trajectory,
+        by_domain={name: tiers(group, ks) for name, group in by_domain(episodes).items()},
+        by_tag={name: tiers(group, ks) for name, group in by_tag(episodes).items()},
+        elapsed_s=elapsed_s,
+    )
+
+
+async def evaluate(
+    taskset: TaskSet,
+    policy: Policy,
+    pool: SandboxPool,
+    *,
+    k: int = 1,
+    config: EnvConfig | None = None,
+    concurrency: int | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
+) -> EvalReport:
+    """Run `k` episodes of every task of `taskset` with `policy` and report the three tiers."""
+    env_config = config or EnvConfig()
+    started = time.monotonic()
+    episodes = await run_episodes(
+        taskset.tasks,
+        policy,
+        pool,
+        k=k,
+        config=env_config,
+        concurrency=concurrency,
+        on_episode=on_episode,
+    )
+    return report(
+        episodes,
+        policy=policy.name,
+        taskset=taskset,
+        samples=k,
+        max_steps=env_config.max_steps,
+        elapsed_s=time.monotonic() - started,
+    )
