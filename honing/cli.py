@@ -4,6 +4,7 @@
     honing sandbox humaneval                 run HumanEval's reference solutions through the pool
     honing sandbox runtime build NAME -r F   build a named runtime (interpreter + pip packages)
     honing sandbox runtime list              list built runtimes
+    honing eval --tasks SPEC --policy NAME   evaluate a policy: single step, trajectory, end to end
 
 Machine-readable output goes to stdout; human-readable progress and errors go to stderr (rich).
 """
@@ -21,11 +22,14 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from honing import __version__
 from honing.config import SandboxConfig, default_home, validate_model
+from honing.envs.base import EnvConfig
 from honing.errors import ConfigError, HoningError, SandboxError
+from honing.eval import POLICIES, EvalReport, Tiers, check_domains, evaluate, make_policy
 from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
 from honing.tasks import TaskSet, Verification, apply_quality_filter, load_tasks
 
@@ -307,6 +311,139 @@ def _write_quarantine(taskset: TaskSet, path: Path | None) -> Path | None:
         for q in taskset.quarantined:
             f.write(json.dumps(q.to_json_dict(), default=str) + "\n")
     return path
+
+
+@app.command("eval")
+def eval_command(
+    tasks: Annotated[
+        str, typer.Option(help="Task set: built-in name (humaneval), path or fsspec URL.")
+    ],
+    policy: Annotated[str, typer.Option(help=f"Who acts: {', '.join(POLICIES)}.")],
+    k: Annotated[int, typer.Option("--k", help="Episodes (samples) per task; pass@k up to k.")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    max_steps: Annotated[
+        int | None, typer.Option(help="Steps after which an episode ends (default: 8).")
+    ] = None,
+    shard: Annotated[
+        str | None, typer.Option(help="Only shard I/N of the tasks, e.g. 0/4.")
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Episodes at once (default: twice the pool's cells).")
+    ] = None,
+    isolation: Isolation = "bwrap",
+) -> None:
+    """Evaluate a policy on a task set: end-to-end success and pass@k, single-step and trajectory
+    metrics, overall, per domain and per tag.
+
+    Episodes the infrastructure failed are counted apart (infra failed) and left out of the rates;
+    the exit status is then 3, so a run with an incomplete result is never mistaken for a clean one.
+    """
+    try:
+        if policy not in POLICIES:
+            raise ConfigError(f"--policy {policy!r}: unknown; allowed: {', '.join(POLICIES)}")
+        chosen = make_policy(policy)
+        if k < 1:
+            raise ConfigError(f"--k {k}: must be at least 1")
+        if concurrency is not None and concurrency < 1:
+            raise ConfigError(f"--concurrency {concurrency}: must be at least 1")
+        env_config = EnvConfig() if max_steps is None else _eval_env_config(max_steps)
+        taskset = load_tasks(tasks)
+        quarantined = len(taskset.quarantined)
+        if shard is not None:
+            taskset = taskset.shard(*_parse_shard(shard))
+        if not taskset.tasks:
+            raise ConfigError(f"--tasks {tasks!r}: no valid tasks to evaluate")
+        check_domains(taskset.tasks)
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    if quarantined:
+        err.print(f"[yellow]{quarantined} invalid task rows left out[/] "
+                  f"(see `honing tasks check {tasks}`)", highlight=False)  # fmt: skip
+    config = _sandbox_config(isolation=isolation)
+    total = len(taskset.tasks) * k
+
+    async def go() -> EvalReport:
+        async with SandboxPool(config) as pool:
+            if json_out:
+                return await evaluate(taskset, chosen, pool, k=k, config=env_config,
+                                      concurrency=concurrency)  # fmt: skip
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn())  # fmt: skip
+            with Progress(*columns, console=err, transient=True) as progress:
+                bar = progress.add_task(f"eval {taskset.name} · {chosen.name}", total=total)
+                return await evaluate(taskset, chosen, pool, k=k, config=env_config,
+                                      concurrency=concurrency,
+                                      on_episode=lambda _: progress.advance(bar))  # fmt: skip
+
+    try:
+        result = asyncio.run(go())
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    if json_out:
+        typer.echo(json.dumps(result.to_json_dict()))
+    else:
+        _print_eval(result)
+    infra = result.end_to_end.infra_failed
+    if infra:
+        err.print(f"[bold yellow]{infra} episode(s) failed for infrastructure reasons[/] "
+                  "(sandbox or verifier): left out of the rates", highlight=False)  # fmt: skip
+        raise typer.Exit(3)
+
+
+def _eval_env_config(max_steps: int) -> EnvConfig:
+    if max_steps < 1:
+        raise ConfigError(f"--max-steps {max_steps}: must be at least 1")
+    return EnvConfig(max_steps=max_steps)
+
+
+def _parse_shard(shard: str) -> tuple[int, int]:
+    index, _, count = shard.partition("/")
+    if not (index.isdigit() and count.isdigit()):
+        raise ConfigError(f"--shard {shard!r}: expected I/N, e.g. 0/4")
+    return int(index), int(count)
+
+
+def _rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def _print_eval(result: EvalReport) -> None:
+    """Two tables that fit 80 columns: end to end, then single step and trajectory."""
+    groups = [("all", Tiers(result.end_to_end, result.single_step, result.trajectory)),
+              *((f"domain {n}", t) for n, t in result.by_domain.items()),
+              *((f"tag {n}", t) for n, t in result.by_tag.items())]  # fmt: skip
+    ks = sorted(result.end_to_end.pass_at_k)
+    outcome = _eval_table("end to end", ["passed", "judged", "success", "infra failed",
+                          *(f"pass@{k}" for k in ks)])  # fmt: skip
+    steps = _eval_table("single step · trajectory (steps: mean steps to success)",
+                        ["well-formed", "useful", "steps", "loops", "recovered",
+                         "rollbacks"])  # fmt: skip
+    for name, tier in groups:
+        e2e, one, traj = tier.end_to_end, tier.single_step, tier.trajectory
+        mean = traj.mean_steps_to_success
+        outcome.add_row(name, str(e2e.passed), str(e2e.total), _rate(e2e.success_rate),
+                        str(e2e.infra_failed),
+                        *(_rate(e2e.pass_at_k.get(k)) for k in ks))  # fmt: skip
+        steps.add_row(name, _rate(one.well_formed_rate), _rate(one.useful_rate),
+                      "–" if mean is None else f"{mean:.2f}", str(traj.failure_loops),
+                      f"{traj.recovered}/{traj.episodes_with_errors}",
+                      str(traj.rollback_calls))  # fmt: skip
+    console = Console()
+    console.print(f"[bold]honing eval[/] · {result.tasks} ({result.version}) · policy "
+                  f"{result.policy} · k={result.samples} · at most {result.max_steps} steps",
+                  highlight=False)  # fmt: skip
+    console.print(outcome)
+    console.print(steps)
+    failures = ", ".join(f"{k} {v}" for k, v in result.single_step.failures.items()) or "none"
+    err.print(f"step failures: {failures}; {result.elapsed_s:.1f}s", highlight=False)
+
+
+def _eval_table(title: str, columns: list[str]) -> Table:
+    table = Table(title=title)
+    table.add_column("group", no_wrap=True)
+    for col in columns:
+        table.add_column(col, justify="right")
+    return table
 
 
 def main() -> None:

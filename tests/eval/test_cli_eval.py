@@ -1,0 +1,83 @@
+"""`honing eval` as a user runs it: a real process, real HumanEval tasks, a real sandbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HONING = [sys.executable, "-m", "honing"]
+TIER_KEYS = {"end_to_end", "single_step", "trajectory"}
+REPORT_KEYS = TIER_KEYS | {"by_domain", "by_tag", "policy", "tasks", "version", "samples",
+                           "max_steps", "elapsed_s"}  # fmt: skip
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "HONING_HOME": str(tmp_path / "home"), "HF_DATASETS_OFFLINE": "1"}
+
+
+def honing_eval(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*HONING, "eval", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def report(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1, proc.stdout  # exactly one JSON object
+    out = json.loads(lines[0])
+    assert isinstance(out, dict) and set(out) == REPORT_KEYS
+    assert set(out["by_domain"]) == {"code"} and set(out["by_domain"]["code"]) == TIER_KEYS
+    return out
+
+
+def test_reference_solves_all_of_humaneval(env: dict[str, str]) -> None:
+    out = report(honing_eval(env, "--tasks", "humaneval", "--policy", "reference", "--json"))
+    e2e = out["end_to_end"]
+    assert {k: e2e[k] for k in ("passed", "total", "success_rate", "infra_failed")} == {
+        "passed": 164, "total": 164, "success_rate": 1.0, "infra_failed": 0,
+    }  # fmt: skip
+    assert e2e["pass_at_k"] == {"1": 1.0}
+    assert out["by_tag"]["humaneval"]["end_to_end"]["passed"] == 164
+    assert out["single_step"]["well_formed_rate"] == 1.0
+    assert out["trajectory"]["mean_steps_to_success"] == 1.0
+
+
+def test_noop_solves_none_of_humaneval(env: dict[str, str]) -> None:
+    proc = honing_eval(env, "--tasks", "humaneval", "--policy", "noop", "--max-steps", "1",
+                       "--json")  # fmt: skip
+    out = report(proc)
+    e2e = out["end_to_end"]
+    assert (e2e["passed"], e2e["total"], e2e["success_rate"]) == (0, 164, 0.0)
+    assert out["single_step"]["failures"] == {"malformed_action": 164}
+    assert out["max_steps"] == 1
+
+
+def test_table_for_a_shard(env: dict[str, str], tmp_path: Path) -> None:
+    proc = honing_eval(env, "--tasks", "humaneval", "--policy", "reference", "--shard", "0/8",
+                       "--k", "2")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "policy reference" in proc.stdout and "pass@2" in proc.stdout
+    assert "domain code" in proc.stdout and "tag humaneval" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "random"], "--policy 'random': unknown; allowed: reference, noop"),
+        (["--policy", "noop", "--k", "0"], "--k 0: must be at least 1"),
+        (["--policy", "noop", "--shard", "2"], "--shard '2': expected I/N"),
+        (["--policy", "noop", "--max-steps", "0"], "--max-steps 0: must be at least 1"),
+    ],
+)
+def test_bad_options_are_named(env: dict[str, str], args: list[str], message: str) -> None:
+    proc = honing_eval(env, "--tasks", "humaneval", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
