@@ -415,9 +415,9 @@ def _print_eval(result: EvalReport) -> None:
     ks = sorted(result.end_to_end.pass_at_k)
     outcome = _eval_table("end to end", ["passed", "judged", "success", "infra failed",
                           *(f"pass@{k}" for k in ks)])  # fmt: skip
-    steps = _eval_table("single step · trajectory (steps: mean steps to success)",
-                        ["well-formed", "useful", "steps", "loops", "recovered",
-                         "rollbacks"])  # fmt: skip
+    steps = _eval_table("single step · trajectory\n(valid: well-formed actions; steps: mean "
+                        "steps to success)", ["valid", "useful", "steps", "loops", "recovered",
+                                              "rollbacks"])  # fmt: skip
     for name, tier in groups:
         e2e, one, traj = tier.end_to_end, tier.single_step, tier.trajectory
         mean = traj.mean_steps_to_success

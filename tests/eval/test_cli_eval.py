@@ -81,3 +81,26 @@ def test_bad_options_are_named(env: dict[str, str], args: list[str], message: st
     proc = honing_eval(env, "--tasks", "humaneval", *args)
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+def test_infrastructure_failures_exit_3_and_are_reported(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
+    """In process, with every sandbox run failing: the report says so, never 'reward 0'."""
+    from typer.testing import CliRunner
+
+    from honing.cli import app
+    from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
+
+    async def broken(self: SandboxPool, request: ExecRequest) -> ExecResult:
+        return ExecResult(status=ExecStatus.SANDBOX_ERROR, error="cell crashed (simulated)")
+
+    monkeypatch.setattr(SandboxPool, "run", broken)
+    monkeypatch.setenv("HONING_HOME", env["HONING_HOME"])
+    args = ["eval", "--tasks", "humaneval", "--policy", "reference", "--shard", "0/16", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 3, result.output
+    out = json.loads(result.stdout)
+    e2e = out["end_to_end"]
+    assert e2e["infra_failed"] > 0 and e2e["total"] == 0 and e2e["success_rate"] is None
+    assert "failed for infrastructure reasons" in result.stderr
