@@ -9,12 +9,14 @@ from __future__ import annotations
 from honing.envs.base import EnvConfig, Environment
 from honing.envs.code import CodeEnv
 from honing.envs.math import MathEnv
+from honing.envs.tools import ToolsEnv
 from honing.errors import ConfigError
 from honing.sandbox import SandboxPool
 
 ENVIRONMENTS: dict[str, type[Environment]] = {
     "code": CodeEnv,
     "math": MathEnv,
+    "tools": ToolsEnv,
 }
 
 

@@ -22,7 +22,7 @@ from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
 from honing.tasks.load import AnyTask, Quarantined, TaskSet
 from honing.tasks.mathcheck import math_equal_many
 from honing.tasks.schema import CodeTask, MathTask, ToolsTask
-from honing.tasks.toolcalls import match_calls
+from honing.tasks.toolcalls import judge_reference
 
 CODE_TIMEOUT_S = 10.0
 
@@ -46,15 +46,17 @@ def code_program(task: CodeTask, solution: str) -> str:
 
 
 def tools_reference_mismatch(task: ToolsTask) -> str | None:
-    """None when the reference (a JSON list of calls) satisfies the expected calls."""
+    """None when the reference (a JSON list of calls) solves the task."""
     try:
         calls = json.loads(task.reference or "")
     except json.JSONDecodeError as exc:
         return f"reference is not a JSON list of calls: {exc.msg}"
     if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
         return "reference is not a JSON list of calls"
-    mismatch = match_calls(calls, task.expected_calls)
-    return None if mismatch is None else f"reference does not match the expected calls: {mismatch}"
+    mismatch = judge_reference(
+        calls, task.expected_calls, task.answer, task.max_calls, task.forbidden_tools
+    )
+    return None if mismatch is None else f"reference does not solve the task: {mismatch}"
 
 
 async def verify_references(

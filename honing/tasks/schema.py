@@ -5,8 +5,10 @@
            calls it with the entry point)
     math   a final-answer problem: `answer`, compared symbolically and numerically, not as text
     tools  call the right functions with the right arguments: `functions` (their schemas) and
-           `expected_calls` (BFCL's form; see `honing.tasks.toolcalls`); the reference is a JSON
-           list of calls `[{"name", "arguments"}]`
+           `expected_calls` (BFCL's form; see `honing.tasks.toolcalls`); or, with `answer` set,
+           use executable tools (calculator, convert_units, lookup, calendar) within constraints
+           (`max_calls`, `forbidden_tools`) to reach a final answer; the reference is a JSON list
+           of calls `[{"name", "arguments"}]` (ending with an `answer` call in the second form)
     sql    answer a question about tables with DuckDB: `tables`, `answer`, `rules`; the reference
            is a SQL query whose single value is the answer
 
@@ -19,9 +21,17 @@ the calls) and free
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
 
 class TaskBase(BaseModel):
@@ -58,8 +68,20 @@ class ToolsTask(TaskBase):
         description="Functions the model may call: {name, description, parameters (JSON schema)}."
     )
     expected_calls: list[dict[str, dict[str, list[Any]]]] = Field(
+        default_factory=list,
         description="Calls that solve the task, BFCL style: {name: {argument: [accepted values]}} "
-        'with "" meaning the argument may be left out; [] means: call nothing.'
+        'with "" meaning the argument may be left out; [] means: call nothing. Judged when '
+        "`answer` is not set (single-turn function calling).",
+    )
+    answer: str | None = Field(
+        None,
+        description="When set, the tools are executed and the episode is judged by the final "
+        "answer (given with the `answer` tool) instead of by the calls.",
+    )
+    max_calls: int | None = Field(None, ge=1, description="Call budget of an episode.")
+    forbidden_tools: list[str] = Field(default_factory=list, description="Tools not to call.")
+    facts: dict[str, str] = Field(
+        default_factory=dict, description="What the `lookup` tool knows: key → value."
     )
 
     @field_validator("expected_calls")
@@ -74,29 +96,80 @@ class ToolsTask(TaskBase):
 
 
 class AnswerRule(BaseModel):
-    """One check of a sql task's answer."""
+    """One check of a sql task's answer (judged by `honing.tasks.sqlcheck`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["numeric", "mentions", "traceable"] = Field(
-        description="numeric: the answer's number equals `answer` within `tolerance` (relative); "
-        "mentions: the answer contains `text` (e.g. the id of an anomalous row); traceable: the "
-        "answer shows the SQL that produces its number."
+    kind: Literal["numeric", "mentions", "traceable", "consistent"] = Field(
+        description="numeric: the answer's number equals the number of the task's `answer` within "
+        "`tolerance`; mentions: the answer names `text` (e.g. the id of an anomalous row) and none "
+        "of `excludes`; traceable: the answer shows a SQL query over the tables that yields its "
+        "number; consistent: each of `queries` (e.g. a total from two tables) yields the answer's "
+        "number, so the answer reconciles across tables."
     )
-    tolerance: float = Field(0.0, ge=0)
-    text: str | None = None
+    tolerance: float = Field(
+        0.0, ge=0, description="Relative tolerance of numeric, traceable and consistent rules; "
+        "0 means equal up to float rounding."
+    )  # fmt: skip
+    text: str | None = Field(None, min_length=1, description="mentions: what must be named.")
+    excludes: list[str] = Field(
+        default_factory=list,
+        description="mentions: what must not be named (e.g. the ids of the normal rows, so that "
+        "an answer listing every row does not pass).",
+    )
+    queries: list[str] = Field(
+        default_factory=list, description="consistent: SQL queries, each yielding one value."
+    )
+
+    @model_validator(mode="after")
+    def _fields_fit_the_kind(self) -> AnswerRule:
+        if (self.kind == "mentions") != (self.text is not None):
+            raise ValueError("`text` is required by mentions rules, and only allowed there")
+        if self.excludes and self.kind != "mentions":
+            raise ValueError("`excludes` applies to mentions rules only")
+        if self.kind == "mentions" and self.tolerance:
+            raise ValueError("`tolerance` does not apply to mentions rules")
+        if (self.kind == "consistent") != bool(self.queries):
+            raise ValueError("`queries` is required by consistent rules, and only allowed there")
+        if self.kind == "consistent" and len(self.queries) < 2:
+            raise ValueError("a consistent rule compares at least two `queries`")
+        return self
+
+
+TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 class SqlTask(TaskBase):
     domain: Literal["sql"] = "sql"
     tables: dict[str, str] = Field(
-        description="Table name → CSV text, or the path/URL of a .csv or .parquet file."
+        min_length=1,
+        description="Table name (a SQL identifier) → CSV text, or the path/URL of a .csv, "
+        ".csv.gz or .parquet file (a relative path is read from the current directory).",
     )
     answer: str = Field(min_length=1, description="The expected final answer.")
     rules: list[AnswerRule] = Field(
         default_factory=lambda: [AnswerRule(kind="numeric")],
-        description="How an answer is judged; by default its number must equal `answer`.",
+        min_length=1,
+        description="How an answer is judged; by default its number must equal `answer`'s.",
     )
+
+    @field_validator("tables")
+    @classmethod
+    def _tables_are_named_and_filled(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, source in value.items():
+            if not TABLE_NAME.match(name):
+                raise ValueError(f"table name {name!r} is not a SQL identifier ([A-Za-z_][A-Za-z0-9_]*)")
+            if not source.strip():
+                raise ValueError(f"table {name!r} is empty")
+        return value
+
+    @model_validator(mode="after")
+    def _numeric_rules_have_a_number(self) -> SqlTask:
+        from honing.tasks.sqlcheck import answer_number  # the one definition of "the number"
+
+        if any(r.kind == "numeric" for r in self.rules) and answer_number(self.answer) is None:
+            raise ValueError(f"answer {self.answer!r} states no number, but a numeric rule needs one")
+        return self
 
 
 Task = Annotated[CodeTask | MathTask | ToolsTask | SqlTask, Field(discriminator="domain")]

@@ -140,3 +140,40 @@ def _same(given: Any, accepted: Any) -> bool:
                 return False
         return set(given) <= set(accepted)
     return bool(given == accepted)
+
+
+def answers_match(expected: str, given: str, rel_tol: float = 1e-6) -> bool:
+    """Final answers of executable tool tasks: numbers by value (relative tolerance), anything
+    else as text ignoring case, spaces and ``,./-_*^`` punctuation."""
+    a, b = _number(expected), _number(given)
+    if a is not None and b is not None:
+        return abs(a - b) <= rel_tol * max(abs(a), abs(b), 1.0)
+    return expected.lower().translate(_DROPPED) == given.lower().translate(_DROPPED)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.strip().replace(",", ""))
+    except ValueError:
+        return None
+
+
+def judge_reference(
+    calls: list[Call],
+    expected: list[Expected],
+    answer: str | None,
+    max_calls: int | None,
+    forbidden: list[str],
+) -> str | None:
+    """None when a tools task's reference calls solve it, else why not."""
+    if answer is None:
+        return match_calls(calls, expected)
+    if not calls or calls[-1].get("name") != "answer":
+        return "the reference must end with an `answer` call"
+    if max_calls is not None and len(calls) > max_calls:
+        return f"the reference makes {len(calls)} calls, over the budget of {max_calls}"
+    used = [c.get("name") for c in calls if c.get("name") in forbidden]
+    if used:
+        return f"the reference calls forbidden tools: {', '.join(map(str, used))}"
+    value = str((calls[-1].get("arguments") or {}).get("value", ""))
+    return None if answers_match(answer, value) else f"its answer {value!r} is not {answer!r}"

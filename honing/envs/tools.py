@@ -1,0 +1,282 @@
+"""The tools domain: call the right tools with the right arguments, within constraints.
+
+Two kinds of task (see `honing.tasks.schema.ToolsTask`):
+
+* **function calling** (`answer` unset, e.g. BFCL): the task's functions are offered as tools and
+  the first reply is judged: its calls against `expected_calls` (`honing.tasks.toolcalls`), or —
+  when no call is expected — the absence of any call. The episode ends there.
+* **executable tools** (`answer` set): the tools the task declares really run — `calculator`
+  (exact arithmetic, in the sandbox), `convert_units`, `lookup` (the task's `facts`), `calendar`
+  — and `answer(value)` ends the episode. A call budget (`max_calls`) and forbidden tools are
+  constraints: a call past the budget or to a forbidden tool is refused and breaks them.
+
+Reward components (unweighted):
+    outcome      1 for the right calls (function calling) or the right final answer, else 0
+    constraints  1 while every call so far respected the budget and the forbidden tools, else 0
+    well_formed  1 when every call of the step was well-formed and known, else 0
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from typing import Any
+
+from honing.envs.base import (
+    Action,
+    EnvConfig,
+    Environment,
+    FailureReason,
+    StepInfo,
+    ToolCall,
+    ToolResult,
+    tool_schema,
+)
+from honing.envs.math import CALCULATOR, stated_answer
+from honing.errors import HoningError
+from honing.sandbox import ExecRequest, ExecStatus, SandboxPool
+from honing.tasks.load import AnyTask
+from honing.tasks.schema import ToolsTask
+from honing.tasks.toolcalls import answers_match, match_calls
+
+# Linear units by dimension, as multiples of the first unit of each table.
+UNITS: dict[str, dict[str, float]] = {
+    "length": {"m": 1, "km": 1000, "cm": 0.01, "mm": 0.001, "mi": 1609.344, "ft": 0.3048,
+               "in": 0.0254, "yd": 0.9144},
+    "mass": {"kg": 1, "g": 0.001, "lb": 0.45359237, "oz": 0.028349523125, "t": 1000},
+    "time": {"s": 1, "min": 60, "h": 3600, "day": 86400, "week": 604800},
+    "volume": {"l": 1, "ml": 0.001, "gal": 3.785411784, "m3": 1000},
+}  # fmt: skip
+TEMPERATURES = ("C", "F", "K")
+ANSWER_TOOL = tool_schema("answer", "Submit the final answer; ends the episode.",
+                          {"value": {"type": "string"}}, ["value"])  # fmt: skip
+BUILTIN_SCHEMAS = {
+    "calculator": tool_schema("calculator", "Evaluate arithmetic exactly, e.g. 12*(3+4).",
+                              {"expression": {"type": "string"}}, ["expression"]),
+    "convert_units": tool_schema(
+        "convert_units", "Convert a quantity between units (m, km, mi, ft, kg, lb, h, l, C, F…).",
+        {"value": {"type": "number"}, "from_unit": {"type": "string"},
+         "to_unit": {"type": "string"}}, ["value", "from_unit", "to_unit"]),
+    "lookup": tool_schema("lookup", "Look up a fact by key.", {"key": {"type": "string"}},
+                          ["key"]),
+    "calendar": tool_schema(
+        "calendar", "Dates (YYYY-MM-DD): weekday of `date`; `date` plus `days`; days between "
+        "`date` and `other`.",
+        {"operation": {"type": "string", "enum": ["weekday", "add_days", "days_between"]},
+         "date": {"type": "string"}, "days": {"type": "integer"}, "other": {"type": "string"}},
+        ["operation", "date"]),
+}  # fmt: skip
+CALC_TIMEOUT_S = 5.0
+
+
+class ToolError(Exception):
+    """A tool refused its arguments; the message is shown to the model."""
+
+
+def convert_units(value: float, from_unit: str, to_unit: str) -> float:
+    if from_unit in TEMPERATURES and to_unit in TEMPERATURES:
+        celsius = {"C": value, "F": (value - 32) * 5 / 9, "K": value - 273.15}[from_unit]
+        return {"C": celsius, "F": celsius * 9 / 5 + 32, "K": celsius + 273.15}[to_unit]
+    for table in UNITS.values():
+        if from_unit in table and to_unit in table:
+            return value * table[from_unit] / table[to_unit]
+    raise ToolError(f"cannot convert {from_unit!r} to {to_unit!r}")
+
+
+def calendar(operation: str, date: str, days: int | None = None, other: str | None = None) -> str:
+    try:
+        day = dt.date.fromisoformat(date)
+        if operation == "weekday":
+            return day.strftime("%A")
+        if operation == "add_days":
+            if not isinstance(days, int):
+                raise ToolError("add_days needs an integer `days`")
+            return (day + dt.timedelta(days=days)).isoformat()
+        if operation == "days_between":
+            if not isinstance(other, str):
+                raise ToolError("days_between needs `other`, a date")
+            return str((dt.date.fromisoformat(other) - day).days)
+    except (ValueError, OverflowError) as exc:
+        raise ToolError(f"bad date: {exc}") from exc
+    raise ToolError(f"unknown operation {operation!r}; use weekday, add_days or days_between")
+
+
+def _openai_schema(function: dict[str, Any]) -> dict[str, Any]:
+    """A BFCL function description as an OpenAI tool (BFCL writes "dict" for "object")."""
+    params = json.loads(json.dumps(function.get("parameters", {})).replace('"dict"', '"object"'))
+    return {"type": "function", "function": {**function, "parameters": params}}
+
+
+class ToolsEnv(Environment):
+    domain = "tools"
+
+    def __init__(self, pool: SandboxPool, config: EnvConfig | None = None) -> None:
+        super().__init__(pool, config)
+        self.calls_made = 0
+        self.constraints_ok = True
+        self._tokens: dict[str, dict[str, Any]] = {}
+
+    def _task(self) -> ToolsTask:
+        if not isinstance(self.task, ToolsTask):
+            raise HoningError("call reset(task) first")
+        return self.task
+
+    @property
+    def executable(self) -> bool:
+        return self._task().answer is not None
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        task = self._task()
+        if not self.executable:
+            return [_openai_schema(f) for f in task.functions]
+        declared = [BUILTIN_SCHEMAS[f["name"]] for f in task.functions]
+        return [*declared, ANSWER_TOOL]
+
+    async def _reset(self, task: AnyTask) -> None:
+        assert isinstance(task, ToolsTask) and self.state is not None
+        self.calls_made, self.constraints_ok = 0, True
+        if task.answer is not None:
+            unknown = [
+                f.get("name") for f in task.functions if f.get("name") not in BUILTIN_SCHEMAS
+            ]
+            if unknown:
+                raise HoningError(f"task {task.id}: no implementation for tools {unknown}; "
+                                  f"executable tools are {', '.join(BUILTIN_SCHEMAS)}")  # fmt: skip
+            if task.max_calls is not None:
+                self.state.constraints.append(f"At most {task.max_calls} tool calls.")
+            if task.forbidden_tools:
+                self.state.constraints.append("Do not call: " + ", ".join(task.forbidden_tools))
+            self.state.next_steps = ["call the tools you need", "answer"]
+        else:
+            self.state.next_steps = ["call the right function(s), or none if none fits"]
+
+    def reference_actions(self, task: AnyTask) -> list[Action]:
+        assert isinstance(task, ToolsTask)
+        calls = [ToolCall(id=f"ref-{i}", name=c["name"], arguments=c.get("arguments") or {})
+                 for i, c in enumerate(json.loads(task.reference or "[]"))]  # fmt: skip
+        if task.answer is None:
+            return [Action(tool_calls=calls)]
+        return [Action(tool_calls=[c]) for c in calls]
+
+    async def checkpoint(self) -> str:
+        if self.state is None:
+            raise HoningError("call reset(task) first")
+        token = f"t{len(self._tokens)}"
+        self._tokens[token] = {"state": self.state.model_dump(), "steps": self.steps,
+                               "calls": self.calls_made, "ok": self.constraints_ok}  # fmt: skip
+        return token
+
+    async def rollback(self, token: str) -> None:
+        saved = self._tokens.get(token)
+        if saved is None or self.state is None:
+            raise HoningError(f"no checkpoint {token!r} in this episode")
+        self.state = type(self.state).model_validate(saved["state"])
+        self.steps, self.calls_made = saved["steps"], saved["calls"]
+        self.constraints_ok = saved["ok"]
+
+    async def _step(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+        return await (self._execute(action) if self.executable else self._judge(action))
+
+    async def _judge(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+        task = self._task()
+        self.done = True  # single turn
+        calls = [{"name": c.name, "arguments": c.arguments} for c in action.tool_calls]
+        mismatch = match_calls(calls, task.expected_calls)
+        results = [ToolResult(call_id=c.id, name=c.name, content="recorded", ok=True)
+                   for c in action.tool_calls]  # fmt: skip
+        assert self.state is not None
+        self.state.actions.append(", ".join(c.name for c in action.tool_calls) or "no call")
+        components = {"outcome": 0.0 if mismatch else 1.0, "well_formed": 1.0}
+        return components, results, StepInfo(detail=mismatch or "")
+
+    async def _execute(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+        calls = list(action.tool_calls)
+        if not calls:
+            stated = stated_answer(action.content)
+            if stated is None:
+                detail = "no tool call and no answer: call a tool, or answer"
+                return {"well_formed": 0.0}, [], StepInfo(
+                    failure=FailureReason.MALFORMED_ACTION, detail=detail)  # fmt: skip
+            calls = [ToolCall(id="inline", name="answer", arguments={"value": stated})]
+        components: dict[str, float] = {"well_formed": 1.0}
+        results: list[ToolResult] = []
+        failure: FailureReason | None = None
+        detail = ""
+        for call in calls:
+            ok, text, call_failure = await self._run(call, components)
+            results.append(ToolResult(call_id=call.id, name=call.name, content=text, ok=ok))
+            if call_failure in (FailureReason.MALFORMED_ACTION, FailureReason.UNKNOWN_TOOL):
+                components["well_formed"] = 0.0
+            if call_failure is not None and (failure is None or call_failure.infrastructure):
+                failure, detail = call_failure, text
+            if self.done or (call_failure is not None and call_failure.infrastructure):
+                break
+        components["constraints"] = 1.0 if self.constraints_ok else 0.0
+        assert self.state is not None
+        self.state.actions.append(
+            "; ".join(f"{r.name}: {r.content.splitlines()[0][:60]}" for r in results)
+        )
+        return components, results, StepInfo(failure=failure, detail=detail)
+
+    async def _run(
+        self, call: ToolCall, components: dict[str, float]
+    ) -> tuple[bool, str, FailureReason | None]:
+        task = self._task()
+        if call.name == "answer":
+            self.done = True
+            value = call.arguments.get("value")
+            if not isinstance(value, str | int | float) or isinstance(value, bool):
+                return False, "argument 'value' must be a string", FailureReason.MALFORMED_ACTION
+            right = answers_match(task.answer or "", str(value))
+            components["outcome"] = 1.0 if right else 0.0
+            return right, "correct" if right else "incorrect", None
+        declared = {f["name"] for f in task.functions}
+        if call.name not in declared:
+            known = ", ".join(sorted(declared | {"answer"}))
+            return (
+                False,
+                f"unknown tool {call.name!r}; available: {known}",
+                FailureReason.UNKNOWN_TOOL,
+            )
+        if call.name in task.forbidden_tools:
+            self.constraints_ok = False
+            return False, f"{call.name} is forbidden for this task", FailureReason.TOOL_ERROR
+        if task.max_calls is not None and self.calls_made >= task.max_calls:
+            self.constraints_ok = False
+            return False, f"the budget of {task.max_calls} calls is spent", FailureReason.TOOL_ERROR
+        self.calls_made += 1
+        if call.name == "calculator":
+            return await self._calculate(call.arguments.get("expression"))
+        handlers: dict[str, Callable[..., object]] = {
+            "convert_units": convert_units, "lookup": self._lookup, "calendar": calendar,
+        }  # fmt: skip
+        try:
+            value = handlers[call.name](**call.arguments)
+        except TypeError as exc:
+            return False, f"{call.name}: bad arguments ({exc})", FailureReason.MALFORMED_ACTION
+        except ToolError as exc:
+            return False, f"{call.name}: {exc}", FailureReason.TOOL_ERROR
+        return True, f"{call.name} -> {value}", None
+
+    def _lookup(self, key: str) -> str:
+        facts = {k.lower(): v for k, v in self._task().facts.items()}
+        if not isinstance(key, str) or key.lower() not in facts:
+            raise ToolError(f"no entry for {key!r}")
+        return facts[key.lower()]
+
+    async def _calculate(self, expression: object) -> tuple[bool, str, FailureReason | None]:
+        if not isinstance(expression, str):
+            return False, "argument 'expression' must be a string", FailureReason.MALFORMED_ACTION
+        result = await self.pool.run(
+            ExecRequest(code=CALCULATOR, stdin=expression, timeout_s=CALC_TIMEOUT_S)
+        )
+        if result.status is ExecStatus.SANDBOX_ERROR:
+            return False, result.error, FailureReason.SANDBOX_ERROR
+        if result.status is not ExecStatus.OK:
+            return False, f"calculator: {result.status.value}", FailureReason.TOOL_ERROR
+        out = json.loads(result.stdout)
+        if "error" in out:
+            return False, f"calculator: {out['error']}", FailureReason.TOOL_ERROR
+        return True, f"{expression} = {out['value']}", None
