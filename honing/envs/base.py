@@ -258,6 +258,9 @@ class Environment(abc.ABC):
             for name, value in components.items()
         )
 
+    async def close(self) -> None:  # noqa: B027 - optional hook: most domains hold nothing
+        """Release what the episode holds (workspaces…); the environment may be reset again."""
+
     @abc.abstractmethod
     async def _reset(self, task: AnyTask) -> None: ...
 

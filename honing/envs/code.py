@@ -119,8 +119,14 @@ class CodeEnv(Environment):
     def tools(self) -> list[dict[str, Any]]:
         return TOOLS
 
+    async def close(self) -> None:
+        if self.workspace is not None:
+            self.pool.drop_workspace(self.workspace.id)
+            self.workspace = None
+
     async def _reset(self, task: AnyTask) -> None:
         assert isinstance(task, CodeTask)
+        await self.close()  # the last episode's workspace
         self.workspace = self.pool.workspace()
         self.workspace.write(SOLUTION, task.prompt)
         self.best = (-1.0, self.workspace.snapshot())

@@ -98,6 +98,8 @@ async def run_episode(
             observation = result.observation
     except SandboxError as exc:
         error = f"{type(exc).__name__}: {exc}"
+    finally:
+        await env.close()
     return Episode(task.id, task.domain, tuple(task.tags), sample, tuple(steps), stopped, error)
 
 

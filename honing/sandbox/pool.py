@@ -218,6 +218,16 @@ class SandboxPool:
         self._workspaces[ws.id] = ws
         return ws
 
+    def drop_workspace(self, workspace_id: str) -> None:
+        """Delete a workspace and its snapshots; it must not be in use by a run."""
+        ws = self.get_workspace(workspace_id)
+        path = ws._idle_path()
+        del self._workspaces[workspace_id]
+        for directory in (path, ws._snapshots):
+            if directory.exists():
+                fs.wipe(directory)
+                directory.rmdir()
+
     def get_workspace(self, workspace_id: str) -> Workspace:
         try:
             return self._workspaces[workspace_id]

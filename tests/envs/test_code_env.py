@@ -190,3 +190,15 @@ async def test_episodes_run_concurrently(pool: SandboxPool) -> None:
     await asyncio.gather(*(e.reset(ADD) for e in envs))
     results = await asyncio.gather(*(e.step(code(ADD.reference or "")) for e in envs))
     assert [r.components["outcome"] for r in results] == [1.0] * 4
+
+
+async def test_close_releases_the_workspace(env: CodeEnv) -> None:
+    await env.reset(ADD)
+    assert env.workspace is not None
+    path = env.workspace.path
+    await env.reset(ADD)  # a new episode drops the last one's workspace
+    assert not path.exists()
+    assert env.workspace is not None
+    current = env.workspace.path
+    await env.close()
+    assert not current.exists() and env.workspace is None
