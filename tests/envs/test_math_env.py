@@ -1,0 +1,106 @@
+"""The math environment: exact calculator in the sandbox, answers judged in the sandbox."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from honing.envs import Action, EnvConfig, FailureReason
+from honing.envs.math import MathEnv, stated_answer
+from honing.sandbox import ExecResult, ExecStatus, SandboxPool
+from honing.tasks import MathTask
+
+PRODUCT = MathTask(id="mul", prompt="What is 17*23?", answer="391", reference="17*23 = 391")
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"id": f"c-{name}", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def calls(*items: dict[str, Any]) -> Action:
+    return Action.from_openai({"tool_calls": list(items)})
+
+
+@pytest.fixture
+def env(pool: SandboxPool) -> MathEnv:
+    return MathEnv(pool, EnvConfig(max_steps=4))
+
+
+@pytest.mark.parametrize(
+    ("content", "stated"),
+    [
+        ("so \\boxed{391}.", "391"),
+        ("first \\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("Work...\nAnswer: 391", "391"),
+        ("Final answer = x+1", "x+1"),
+        ("I think it is 391", None),
+    ],
+)
+def test_stated_answer(content: str, stated: str | None) -> None:
+    assert stated_answer(content) == stated
+
+
+async def test_reference_solves_and_noop_fails(env: MathEnv) -> None:
+    await env.reset(PRODUCT)
+    for action in env.reference_actions(PRODUCT):
+        result = await env.step(action)
+    assert result.done and result.components["outcome"] == 1.0 and result.reward == 1.0
+    await env.reset(PRODUCT)
+    noop = await env.step(Action(content="Hmm."))
+    assert noop.info.failure is FailureReason.MALFORMED_ACTION
+    assert noop.components == {"well_formed": 0.0} and not noop.done
+
+
+async def test_calculator_is_exact_and_refuses_code(env: MathEnv) -> None:
+    await env.reset(PRODUCT)
+    result = await env.step(calls(
+        call("calculator", expression="17*23"),
+        call("calculator", expression="1/3 + 2^10"),
+    ))  # fmt: skip
+    texts = [r.content for r in result.observation.tool_results]
+    assert texts == ["17*23 = 391", "1/3 + 2^10 = 3073/3 (= 1024.33333333)"]
+    assert result.components["tool_ok"] == 1.0
+    hostile = await env.step(calls(call("calculator", expression="__import__('os').getcwd()")))
+    assert "not allowed" in hostile.observation.tool_results[0].content
+    assert hostile.components["tool_ok"] == 0.0
+    assert hostile.info.failure is FailureReason.TOOL_ERROR
+
+
+async def test_wrong_answer_scores_zero_and_ends(env: MathEnv) -> None:
+    await env.reset(PRODUCT)
+    result = await env.step(Action(content="17*23 = \\boxed{381}"))
+    assert result.done and result.components["outcome"] == 0.0
+    assert result.info.failure is None  # a wrong answer is the model's, not an error
+
+
+async def test_unknown_tool_is_a_format_failure(env: MathEnv) -> None:
+    await env.reset(PRODUCT)
+    result = await env.step(calls(call("wolfram", query="17*23")))
+    assert result.info.failure is FailureReason.UNKNOWN_TOOL
+    assert result.components["well_formed"] == 0.0
+
+
+async def test_checker_failure_is_infrastructure(
+    env: MathEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await env.reset(PRODUCT)
+    checker = await env.pool.sibling("honing-math", ["math_verify", "sympy"])
+
+    async def broken(request: object) -> ExecResult:
+        return ExecResult(ExecStatus.SANDBOX_ERROR, error="cell crashed")
+
+    monkeypatch.setattr(checker, "run", broken)
+    result = await env.step(Action(content="\\boxed{391}"))
+    assert result.info.failure is FailureReason.VERIFIER_CRASH and result.info.infrastructure
+    assert "outcome" not in result.components
+
+
+async def test_checkpoint_and_rollback_restore_the_state(env: MathEnv) -> None:
+    await env.reset(PRODUCT)
+    token = await env.checkpoint()
+    await env.step(calls(call("calculator", expression="2+2")))
+    assert env.steps == 1 and env.state is not None and env.state.actions
+    await env.rollback(token)
+    assert env.steps == 0 and env.state is not None and env.state.actions == []
