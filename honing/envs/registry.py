@@ -9,6 +9,7 @@ from __future__ import annotations
 from honing.envs.base import EnvConfig, Environment
 from honing.envs.code import CodeEnv
 from honing.envs.math import MathEnv
+from honing.envs.sql import SqlEnv
 from honing.envs.tools import ToolsEnv
 from honing.errors import ConfigError
 from honing.sandbox import SandboxPool
@@ -16,6 +17,7 @@ from honing.sandbox import SandboxPool
 ENVIRONMENTS: dict[str, type[Environment]] = {
     "code": CodeEnv,
     "math": MathEnv,
+    "sql": SqlEnv,
     "tools": ToolsEnv,
 }
 

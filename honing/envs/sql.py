@@ -1,0 +1,316 @@
+"""The sql domain: answer a question about tables (ledgers, invoices, statements) with DuckDB.
+
+Tools: `list_tables()` (names, columns with their types, row counts), `query(sql)` (a compact
+table of at most 20 rows and the row count; tables and views it creates last for the episode)
+and `answer(text)`, which submits the final answer and ends the episode. A reply without a tool
+call is taken as `answer` when it has an `Answer:` line, and as `query` when it has a ```sql
+block.
+
+The workspace holds the task's tables as files (`tables/NAME.csv` or `.parquet`) and the
+episode's DuckDB database (`work.duckdb`), which the first tool call loads from them;
+`checkpoint`/`rollback` snapshot and restore both, with the task state. The answer is judged by
+the task's rules (`honing.tasks.sqlcheck`), whose queries run on a fresh copy of the tables: what
+the model did to its database does not count.
+
+Reward components (unweighted; `EnvConfig.reward_weights` decides what counts):
+    outcome        1 when the answer passes every rule, on the answer step, else 0
+    rules_passed   the share of the task's rules the answer passes, on the answer step
+    query_ok       the share of the step's queries that ran without error
+    well_formed    1 when every tool call of the step was well-formed and known, else 0
+
+The sandbox. Queries need DuckDB in the cells, which a plain pool lacks. The env takes the same
+pool as every other domain and runs in `duckdb_pool(pool)`: the pool itself when its cells preload
+duckdb, else its sibling with the `honing-sql` runtime (DuckDB as installed beside honing, built
+offline on first use), which the pool starts once, shares between envs and closes with itself.
+The alternatives are worse: a pool per env leaks cells (an env has no close and episodes are
+many), and requiring callers to build a DuckDB pool puts a sql detail into every caller that
+mixes domains. The env's workspace lives in that DuckDB pool.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from honing.envs.base import (
+    Action,
+    EnvConfig,
+    Environment,
+    FailureReason,
+    StepInfo,
+    TaskState,
+    ToolCall,
+    ToolResult,
+    tool_schema,
+)
+from honing.errors import HoningError
+from honing.sandbox import SandboxPool, Workspace
+from honing.tasks.load import AnyTask
+from honing.tasks.schema import SqlTask
+from honing.tasks.sqlcheck import (
+    WORKSPACE_DB,
+    RunProblem,
+    SqlRun,
+    duckdb_pool,
+    judge_answer,
+    parse_run,
+    query_request,
+    reference_answer,
+    table_files,
+    table_path,
+)
+
+ANSWER_LINE = re.compile(r"^\s*(?:final\s+)?answer\s*[:=]", re.I | re.M)
+SQL_BLOCK = re.compile(r"```(?:sql|duckdb)\s*\n(.*?)```", re.S | re.I)
+
+TOOLS = [
+    tool_schema("list_tables", "List the tables: their columns with types, and row counts.",
+                {}, []),
+    tool_schema("query", "Run DuckDB SQL on the tables; shows up to 20 rows and the row count. "
+                "Tables and views you create last for the episode.",
+                {"sql": {"type": "string"}}, ["sql"]),
+    tool_schema("answer", "Submit the final answer and end the episode. Start it with "
+                "`Answer: <value>`.", {"text": {"type": "string"}}, ["text"]),
+]  # fmt: skip
+
+# A failed run that is not the model's doing is infrastructure; the rest are its query's.
+_RUN_FAILURE = {
+    RunProblem.SANDBOX: FailureReason.SANDBOX_ERROR,
+    RunProblem.HARNESS: FailureReason.VERIFIER_CRASH,
+    RunProblem.TABLES: FailureReason.VERIFIER_CRASH,
+    RunProblem.TIMEOUT: FailureReason.SANDBOX_TIMEOUT,
+    RunProblem.MEMORY: FailureReason.MEMORY_LIMIT,
+    RunProblem.KILLED: FailureReason.TOOL_ERROR,
+}
+
+
+@dataclass
+class _CallOutcome:
+    result: ToolResult
+    failure: FailureReason | None = None
+    components: dict[str, float] = field(default_factory=dict)
+    summary: str = ""  # one line for the task state
+    log: str = ""
+    seconds: float = 0.0
+
+
+class SqlEnv(Environment):
+    domain = "sql"
+
+    def __init__(self, pool: SandboxPool, config: EnvConfig | None = None) -> None:
+        super().__init__(pool, config)
+        self.sql_pool: SandboxPool | None = None
+        self.workspace: Workspace | None = None
+        self._files: dict[str, str | bytes] = {}
+        self._layout: dict[str, str] = {}
+        self._saved: dict[str, tuple[TaskState, int]] = {}
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return TOOLS
+
+    async def _reset(self, task: AnyTask) -> None:
+        assert isinstance(task, SqlTask) and self.state is not None
+        try:
+            self._files = table_files(task)
+        except ValueError as exc:
+            raise HoningError(f"task {task.id}: {exc}") from exc
+        self._layout = {name: table_path(name, source) for name, source in task.tables.items()}
+        self.sql_pool = await duckdb_pool(self.pool)
+        self.workspace = self.sql_pool.workspace()
+        for path, content in self._files.items():
+            self.workspace.write(path, content)
+        self._saved = {}
+        self.state.constraints = [
+            f"Tables: {', '.join(task.tables)} (DuckDB SQL).",
+            "Finish with answer(text), starting `Answer: <value>`.",
+        ]
+        if any(r.kind == "traceable" for r in task.rules):
+            self.state.constraints.append(
+                "Show the SQL that computes your number in a ```sql block of the answer."
+            )
+        self.state.next_steps = ["list_tables", "query the tables", "answer"]
+
+    def reference_actions(self, task: AnyTask) -> list[Action]:
+        assert isinstance(task, SqlTask)
+        if task.reference is None:
+            raise HoningError(f"task {task.id} has no reference")
+        query = ToolCall(id="ref-query", name="query", arguments={"sql": task.reference})
+        text = reference_answer(task, task.answer)
+        answer = ToolCall(id="ref-answer", name="answer", arguments={"text": text})
+        return [Action(tool_calls=[query]), Action(tool_calls=[answer])]
+
+    async def checkpoint(self) -> str:
+        if self.state is None:
+            raise HoningError("call reset(task) first")
+        token = self._ws().snapshot()
+        self._saved[token] = (self.state.model_copy(deep=True), self.steps)
+        return token
+
+    async def rollback(self, token: str) -> None:
+        saved = self._saved.get(token)
+        if saved is None:
+            raise HoningError(f"no checkpoint {token!r} in this episode")
+        self._ws().restore(token)
+        self.state, self.steps = saved[0].model_copy(deep=True), saved[1]
+
+    def _ws(self) -> Workspace:
+        if self.workspace is None:
+            raise HoningError("call reset(task) first")
+        return self.workspace
+
+    async def _step(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+        calls = list(action.tool_calls) or self._inline_calls(action.content)
+        if not calls:
+            detail = "no tool call: call list_tables, query or answer (or reply `Answer: ...`)"
+            return {"well_formed": 0.0}, [], StepInfo(
+                failure=FailureReason.MALFORMED_ACTION, detail=detail)  # fmt: skip
+        components: dict[str, float] = {"well_formed": 1.0}
+        results: list[ToolResult] = []
+        failure: FailureReason | None = None
+        detail, logs, summaries = "", [], []
+        tool_s: dict[str, float] = {}
+        queries_ok: list[bool] = []
+        for call in calls:
+            if self.done:  # answered earlier in this step
+                skipped = "not run: the episode ended with answer"
+                results.append(ToolResult(call_id=call.id, name=call.name, content=skipped,
+                                          ok=False))  # fmt: skip
+                continue
+            outcome = await self._call(call)
+            results.append(outcome.result)
+            components.update(outcome.components)
+            summaries.append(outcome.summary)
+            tool_s[call.name] = tool_s.get(call.name, 0.0) + outcome.seconds
+            if outcome.log:
+                logs.append(outcome.log)
+            if call.name == "query" and "query_ok" in outcome.components:
+                queries_ok.append(outcome.components["query_ok"] == 1.0)
+            if outcome.failure is not None and (failure is None or outcome.failure.infrastructure):
+                failure, detail = outcome.failure, outcome.result.content
+            if outcome.failure in (FailureReason.MALFORMED_ACTION, FailureReason.UNKNOWN_TOOL):
+                components["well_formed"] = 0.0
+            if outcome.failure is not None and outcome.failure.infrastructure:
+                break  # the sandbox broke: no point running the rest
+        if queries_ok:
+            components["query_ok"] = sum(queries_ok) / len(queries_ok)
+        assert self.state is not None
+        self.state.actions.append("; ".join(summaries) or "nothing")
+        if not self.done and queries_ok:
+            self.state.next_steps = ["query further, or answer"]
+        info = StepInfo(failure=failure, detail=detail, tool_s=tool_s, logs=logs)
+        return components, results, info
+
+    @staticmethod
+    def _inline_calls(content: str) -> list[ToolCall]:
+        if ANSWER_LINE.search(content):
+            return [ToolCall(id="inline-answer", name="answer", arguments={"text": content})]
+        block = SQL_BLOCK.search(content)
+        if block is not None:
+            return [ToolCall(id="inline-query", name="query", arguments={"sql": block.group(1)})]
+        return []
+
+    async def _call(self, call: ToolCall) -> _CallOutcome:
+        if call.name == "list_tables":
+            return await self._list_tables(call)
+        if call.name == "query":
+            sql = call.arguments.get("sql")
+            if not isinstance(sql, str) or not sql.strip():
+                return _malformed(call, "argument 'sql' must be a non-empty string")
+            return await self._query(call, sql)
+        if call.name == "answer":
+            text = call.arguments.get("text")
+            if isinstance(text, int | float) and not isinstance(text, bool):
+                text = f"Answer: {text}"
+            if not isinstance(text, str) or not text.strip():
+                return _malformed(call, "argument 'text' must be a non-empty string")
+            return await self._answer(call, text)
+        known = ", ".join(t["function"]["name"] for t in TOOLS)
+        return _CallOutcome(
+            ToolResult(call_id=call.id, name=call.name, ok=False,
+                       content=f"unknown tool {call.name!r}; available: {known}"),
+            failure=FailureReason.UNKNOWN_TOOL, summary=f"{call.name} (unknown)",
+        )  # fmt: skip
+
+    async def _run(self, queries: list[str] | None, op: Literal["queries", "tables"]) -> SqlRun:
+        assert self.sql_pool is not None
+        request = query_request(
+            self._layout, queries, op=op, db=WORKSPACE_DB,
+            workspace=self._ws().id, memory_mb=max(64, self.sql_pool.config.memory_mb // 2),
+        )  # fmt: skip
+        return parse_run(await self.sql_pool.run(request))
+
+    async def _list_tables(self, call: ToolCall) -> _CallOutcome:
+        run = await self._run(None, "tables")
+        if run.problem is not None:
+            return _run_failed(call, run, "list_tables")
+        text = "\n".join(t.render() for t in run.tables) or "(no tables)"
+        return _CallOutcome(_ok(call, text), summary=f"list_tables -> {len(run.tables)} tables",
+                            log=text, seconds=run.wall_s)  # fmt: skip
+
+    async def _query(self, call: ToolCall, sql: str) -> _CallOutcome:
+        run = await self._run([sql], "queries")
+        short = " ".join(sql.split())[:60]
+        if run.problem is not None:
+            outcome = _run_failed(call, run, f"query `{short}`")
+            if not run.problem.infrastructure and run.problem is not RunProblem.TABLES:
+                outcome.components = {"query_ok": 0.0}
+            return outcome
+        (result,) = run.results
+        text = result.render()
+        if not result.ok:
+            return _CallOutcome(
+                ToolResult(call_id=call.id, name=call.name, content=text, ok=False),
+                failure=FailureReason.TOOL_ERROR, components={"query_ok": 0.0},
+                summary=f"query `{short}` -> error", log=text, seconds=run.wall_s,
+            )  # fmt: skip
+        return _CallOutcome(_ok(call, text), components={"query_ok": 1.0},
+                            summary=f"query `{short}` -> {result.row_count} rows", log=text,
+                            seconds=run.wall_s)  # fmt: skip
+
+    async def _answer(self, call: ToolCall, text: str) -> _CallOutcome:
+        assert isinstance(self.task, SqlTask) and self.sql_pool is not None
+        judgement = await judge_answer(self.sql_pool, self.task, text, self._files)
+        if judgement.problem is not None:
+            failure = _RUN_FAILURE[judgement.problem]
+            return _CallOutcome(
+                ToolResult(call_id=call.id, name=call.name, ok=False,
+                           content=f"the answer could not be judged: {judgement.detail}"),
+                failure=failure, summary="answer (not judged)", log=judgement.detail,
+            )  # fmt: skip
+        self.done = True
+        passed = sum(c.passed for c in judgement.checks)
+        total = len(judgement.checks)
+        failing = [c.kind for c in judgement.checks if not c.passed]
+        content = f"answer recorded: {passed}/{total} checks passed"
+        if failing:
+            content += f" (failed: {', '.join(failing)})"
+        components = {"outcome": float(judgement.passed), "rules_passed": judgement.share}
+        return _CallOutcome(_ok(call, content), components=components,
+                            summary=f"answer -> {passed}/{total} checks",
+                            log=judgement.render())  # fmt: skip
+
+
+def _ok(call: ToolCall, content: str) -> ToolResult:
+    return ToolResult(call_id=call.id, name=call.name, content=content, ok=True)
+
+
+def _malformed(call: ToolCall, message: str) -> _CallOutcome:
+    return _CallOutcome(
+        ToolResult(call_id=call.id, name=call.name, content=message, ok=False),
+        failure=FailureReason.MALFORMED_ACTION, summary=f"{call.name} (malformed)",
+    )  # fmt: skip
+
+
+def _run_failed(call: ToolCall, run: SqlRun, what: str) -> _CallOutcome:
+    assert run.problem is not None
+    if run.problem is RunProblem.TABLES:
+        content = f"the task's tables do not load: {run.detail}"
+    else:
+        content = f"[{run.problem.value}] {run.detail}"
+    return _CallOutcome(
+        ToolResult(call_id=call.id, name=call.name, content=content, ok=False),
+        failure=_RUN_FAILURE[run.problem], summary=f"{what} -> {run.problem.value}",
+        log=content, seconds=run.wall_s,
+    )  # fmt: skip
