@@ -22,9 +22,10 @@ The sandbox. Queries need DuckDB in the cells, which a plain pool lacks. The env
 pool as every other domain and runs in `duckdb_pool(pool)`: the pool itself when its cells preload
 duckdb, else its sibling with the `honing-sql` runtime (DuckDB as installed beside honing, built
 offline on first use), which the pool starts once, shares between envs and closes with itself.
-The alternatives are worse: a pool per env leaks cells (an env has no close and episodes are
-many), and requiring callers to build a DuckDB pool puts a sql detail into every caller that
-mixes domains. The env's workspace lives in that DuckDB pool.
+The alternatives are worse: a pool per env multiplies warm cells by the number of envs and
+outlives them unless every caller closes each env, and requiring callers to build a DuckDB pool
+puts a sql detail into every caller that mixes domains. The env's workspace lives in that DuckDB
+pool; `close` drops it.
 """
 
 from __future__ import annotations
@@ -110,8 +111,14 @@ class SqlEnv(Environment):
     def tools(self) -> list[dict[str, Any]]:
         return TOOLS
 
+    async def close(self) -> None:
+        if self.workspace is not None and self.sql_pool is not None:
+            self.sql_pool.drop_workspace(self.workspace.id)
+        self.workspace = None
+
     async def _reset(self, task: AnyTask) -> None:
         assert isinstance(task, SqlTask) and self.state is not None
+        await self.close()  # the last episode's workspace
         try:
             self._files = table_files(task)
         except ValueError as exc:

@@ -6,6 +6,9 @@
            (math-verify, run in the sandbox: see `honing.tasks.mathcheck`); a reference that is only
            a worked solution is judged by its last answer
     tools  the reference's calls must match `expected_calls` (`honing.tasks.toolcalls`)
+    sql    the reference, one SELECT, must yield a single value, and the answer stating it (and
+           the one stating `answer`) must pass every rule (`honing.tasks.sqlcheck`); it runs in
+           the DuckDB sibling of the pool, as the sql environment's queries do
 
 A task whose reference fails is quarantined with the reason. A task the sandbox could not run
 (status `sandbox_error`) is neither passed nor failed: it is reported as unverified, because an
@@ -21,7 +24,8 @@ from dataclasses import dataclass, field
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
 from honing.tasks.load import AnyTask, Quarantined, TaskSet
 from honing.tasks.mathcheck import math_equal_many
-from honing.tasks.schema import CodeTask, MathTask, ToolsTask
+from honing.tasks.schema import CodeTask, MathTask, SqlTask, ToolsTask
+from honing.tasks.sqlcheck import check_references
 from honing.tasks.toolcalls import judge_reference
 
 CODE_TIMEOUT_S = 10.0
@@ -81,6 +85,9 @@ async def verify_references(
     maths = [t for t in tasks if isinstance(t, MathTask) and t.reference is not None]
     found = await math_equal_many(pool, [(t.answer, t.reference or "") for t in maths])
     math_verdicts = None if found is None else {t.id: v for t, v in zip(maths, found, strict=True)}
+    sql_checks = await check_references(
+        pool, [t for t in tasks if isinstance(t, SqlTask) and t.reference is not None]
+    )
     for task in tasks:
         if task.reference is None:
             out.without_reference.append(task)
@@ -107,6 +114,14 @@ async def verify_references(
                 out.passed.append(task)
             else:
                 out.failed.append(failed(task, f"reference does not equal answer {task.answer!r}"))
+        elif isinstance(task, SqlTask):
+            check = sql_checks[task.id]
+            if check.status == "passed":
+                out.passed.append(task)
+            elif check.status == "unverified":
+                out.unverified.append((task, check.reason))
+            else:
+                out.failed.append(failed(task, check.reason))
     return out
 
 

@@ -158,7 +158,9 @@ class SqlTask(TaskBase):
     def _tables_are_named_and_filled(cls, value: dict[str, str]) -> dict[str, str]:
         for name, source in value.items():
             if not TABLE_NAME.match(name):
-                raise ValueError(f"table name {name!r} is not a SQL identifier ([A-Za-z_][A-Za-z0-9_]*)")
+                raise ValueError(
+                    f"table name {name!r} is not a SQL identifier ([A-Za-z_][A-Za-z0-9_]*)"
+                )
             if not source.strip():
                 raise ValueError(f"table {name!r} is empty")
         return value
@@ -168,7 +170,9 @@ class SqlTask(TaskBase):
         from honing.tasks.sqlcheck import answer_number  # the one definition of "the number"
 
         if any(r.kind == "numeric" for r in self.rules) and answer_number(self.answer) is None:
-            raise ValueError(f"answer {self.answer!r} states no number, but a numeric rule needs one")
+            raise ValueError(
+                f"answer {self.answer!r} states no number, but a numeric rule needs one"
+            )
         return self
 
 

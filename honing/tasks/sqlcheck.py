@@ -377,7 +377,7 @@ async def run_rule_queries(
 _FENCED = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _INLINE = re.compile(r"`([^`\n]+)`")
 _NUMBER = re.compile(
-    r"(?<![\w.\-−/,])(?P<sign>[-+−]?)[$€£]?"
+    r"(?<![\w.\-−/,])(?<!\d:)(?P<sign>[-+−]?)[$€£]?"
     r"(?P<digits>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
     r"(?:[eE](?P<exp>[-+]?\d+))?(?![\w/]|[-.:,]\d)"
 )
