@@ -4,6 +4,10 @@
                 prompt plus the canonical solution, the tests are its `check` function
     champ       the answer-checkable problems of `champ-dataset` (CHAMP v0), as math tasks
     bfcl        the single-turn Python function-calling questions of `bfcl-eval`, as tools tasks
+    synthetic-code, synthetic-math, synthetic-tools
+                64 seeded synthetic tasks each (seed 0; `honing.tasks.synthetic`)
+    examples-code, examples-math, examples-tools
+                hand-written examples bundled with honing (`honing/tasks/data/*_examples.jsonl`)
 
 Each loader returns a `TaskSet` through the same validation as files do.
 """
@@ -18,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from honing.errors import ConfigError
-from honing.tasks.load import TaskSet, UnreadableRow, tasks_from_rows
+from honing.tasks.load import TaskSet, UnreadableRow, read_rows, tasks_from_rows
+from honing.tasks.synthetic import (
+    as_taskset,
+    generate_code_tasks,
+    generate_math_tasks,
+    generate_tools_tasks,
+)
 from honing.tasks.toolcalls import reference_calls
 
 
@@ -138,4 +148,32 @@ def bfcl() -> TaskSet:
     return tasks_from_rows("bfcl", rows())
 
 
-BUILTIN: dict[str, Callable[[], TaskSet]] = {"humaneval": humaneval, "champ": champ, "bfcl": bfcl}
+SYNTHETIC_SIZE = 64
+SYNTHETIC_SEED = 0
+EXAMPLES_DIR = Path(__file__).parent / "data"
+
+
+def examples(domain: str) -> TaskSet:
+    """The hand-written examples of `domain` bundled with honing."""
+    return tasks_from_rows(
+        f"examples-{domain}", read_rows(str(EXAMPLES_DIR / f"{domain}_examples.jsonl"))
+    )
+
+
+BUILTIN: dict[str, Callable[[], TaskSet]] = {
+    "humaneval": humaneval,
+    "champ": champ,
+    "bfcl": bfcl,
+    "synthetic-code": lambda: as_taskset(
+        "synthetic-code", generate_code_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
+    ),
+    "synthetic-math": lambda: as_taskset(
+        "synthetic-math", generate_math_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
+    ),
+    "synthetic-tools": lambda: as_taskset(
+        "synthetic-tools", generate_tools_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
+    ),
+    "examples-code": lambda: examples("code"),
+    "examples-math": lambda: examples("math"),
+    "examples-tools": lambda: examples("tools"),
+}
