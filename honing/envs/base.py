@@ -29,6 +29,8 @@ import asyncio
 import enum
 import json
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -168,6 +170,27 @@ class StepResult(_Record):
     info: StepInfo
 
 
+@dataclass
+class CallOutcome:
+    """What one tool call did: shown to the model as `text`, scored by `components`."""
+
+    ok: bool
+    text: str
+    failure: FailureReason | None = None
+    components: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    log: str = ""
+
+
+StepOutput = tuple[dict[str, float], list[ToolResult], StepInfo]
+MALFORMING = (FailureReason.MALFORMED_ACTION, FailureReason.UNKNOWN_TOOL)
+
+
+def malformed(detail: str) -> StepOutput:
+    """The step output of an action that did nothing usable: a format penalty, a clear reason."""
+    return {"well_formed": 0.0}, [], StepInfo(failure=FailureReason.MALFORMED_ACTION, detail=detail)
+
+
 class EnvConfig(StrictModel):
     """Limits and reward weights of an environment."""
 
@@ -260,6 +283,34 @@ class Environment(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook: most domains hold nothing
         """Release what the episode holds (workspaces…); the environment may be reset again."""
+
+    async def run_calls(
+        self, calls: list[ToolCall], run: Callable[[ToolCall], Awaitable[CallOutcome]]
+    ) -> StepOutput:
+        """Run a step's calls in order, merging their outcomes: components (well_formed drops
+        to 0 on a malformed or unknown call), results, the step's failure (an infrastructure
+        failure wins and stops the step), time per tool and raw logs. Stops once `done`."""
+        components: dict[str, float] = {"well_formed": 1.0}
+        results: list[ToolResult] = []
+        failure: FailureReason | None = None
+        detail = ""
+        logs: list[str] = []
+        tool_s: dict[str, float] = {}
+        for call in calls:
+            out = await run(call)
+            results.append(ToolResult(call_id=call.id, name=call.name, content=out.text, ok=out.ok))
+            components.update(out.components)
+            tool_s[call.name] = tool_s.get(call.name, 0.0) + out.seconds
+            if out.log:
+                logs.append(out.log)
+            if out.failure in MALFORMING:
+                components["well_formed"] = 0.0
+            if out.failure is not None and (failure is None or out.failure.infrastructure):
+                failure, detail = out.failure, out.text
+            if self.done or (out.failure is not None and out.failure.infrastructure):
+                break
+        return components, results, StepInfo(failure=failure, detail=detail, tool_s=tool_s,
+                                             logs=logs)  # fmt: skip
 
     @abc.abstractmethod
     async def _reset(self, task: AnyTask) -> None: ...

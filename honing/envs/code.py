@@ -29,12 +29,13 @@ from typing import Any
 
 from honing.envs.base import (
     Action,
+    CallOutcome,
     EnvConfig,
     Environment,
     FailureReason,
-    StepInfo,
+    StepOutput,
     ToolCall,
-    ToolResult,
+    malformed,
     tool_schema,
 )
 from honing.errors import HoningError
@@ -157,17 +158,12 @@ class CodeEnv(Environment):
             raise HoningError("call reset(task) first")
         return self.workspace
 
-    async def _step(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+    async def _step(self, action: Action) -> StepOutput:
         calls = list(action.tool_calls)
         if not calls:
             block = CODE_BLOCK.search(action.content)
             if block is None:
-                detail = "no tool call and no ```python block: call a tool, e.g. run_tests"
-                return (
-                    {"well_formed": 0.0},
-                    [],
-                    StepInfo(failure=FailureReason.MALFORMED_ACTION, detail=detail),
-                )
+                return malformed("no tool call and no ```python block: call a tool, e.g. run_tests")
             calls = [
                 ToolCall(
                     id="inline",
@@ -176,24 +172,7 @@ class CodeEnv(Environment):
                 ),
                 ToolCall(id="inline-tests", name="run_tests", arguments={}),
             ]
-        components: dict[str, float] = {"well_formed": 1.0}
-        results: list[ToolResult] = []
-        failure: FailureReason | None = None
-        detail, logs = "", []
-        tool_s: dict[str, float] = {}
-        for call in calls:
-            outcome = await self._call(call)
-            results.append(outcome.result)
-            components.update(outcome.components)
-            tool_s[call.name] = tool_s.get(call.name, 0.0) + outcome.seconds
-            if outcome.log:
-                logs.append(outcome.log)
-            if outcome.failure is not None and (failure is None or outcome.failure.infrastructure):
-                failure, detail = outcome.failure, outcome.result.content
-            if outcome.failure in (FailureReason.MALFORMED_ACTION, FailureReason.UNKNOWN_TOOL):
-                components["well_formed"] = 0.0
-            if outcome.failure is not None and outcome.failure.infrastructure:
-                break  # the sandbox broke: no point running the rest
+        components, results, info = await self.run_calls(calls, self._call)
         assert self.state is not None
         self.state.actions.append(
             ", ".join(f"{c.name}" for c in calls)
@@ -211,47 +190,45 @@ class CodeEnv(Environment):
                 "run_tests",
                 "rollback if a change made things worse",
             ]
-        info = StepInfo(failure=failure, detail=detail, tool_s=tool_s, logs=logs)
         return components, results, info
 
-    async def _call(self, call: ToolCall) -> _CallOutcome:
+    async def _call(self, call: ToolCall) -> CallOutcome:
         ws = self._ws()
         args = call.arguments
         try:
             if call.name == "write_file":
                 path, content = _str_arg(args, "path"), _str_arg(args, "content")
                 ws.write(path, content)
-                return _CallOutcome(call, True, f"wrote {path} ({len(content)} characters)")
+                return CallOutcome(True, f"wrote {path} ({len(content)} characters)")
             if call.name == "read_file":
                 path = _str_arg(args, "path")
                 try:
                     text = ws.read(path).decode("utf-8", errors="replace")
                 except FileNotFoundError as exc:
-                    return _CallOutcome(call, False, str(exc), failure=FailureReason.TOOL_ERROR)
-                return _CallOutcome(call, True, text[:20_000])
+                    return CallOutcome(False, str(exc), failure=FailureReason.TOOL_ERROR)
+                return CallOutcome(True, text[:20_000])
             if call.name == "run_tests":
-                return await self._run_tests(call)
+                return await self._run_tests()
             if call.name == "run_python":
                 result = await self.pool.run(
                     ExecRequest(
                         code=_str_arg(args, "code"), workspace=ws.id, timeout_s=RUN_TIMEOUT_S
                     )
                 )
-                return _from_run(call, result)
+                return _from_run(result)
             if call.name == "rollback":
                 ws.restore(self.best[1])
-                return _CallOutcome(call, True, "workspace restored to its best state so far")
+                return CallOutcome(True, "workspace restored to its best state so far")
         except ValueError as exc:  # a bad argument: a path outside the workspace, a wrong type
-            return _CallOutcome(call, False, str(exc), failure=FailureReason.MALFORMED_ACTION)
+            return CallOutcome(False, str(exc), failure=FailureReason.MALFORMED_ACTION)
         known = ", ".join(t["function"]["name"] for t in TOOLS)
-        return _CallOutcome(
-            call,
+        return CallOutcome(
             False,
             f"unknown tool {call.name!r}; available: {known}",
             failure=FailureReason.UNKNOWN_TOOL,
         )
 
-    async def _run_tests(self, call: ToolCall) -> _CallOutcome:
+    async def _run_tests(self) -> CallOutcome:
         assert isinstance(self.task, CodeTask)
         ws = self._ws()
         units = test_units(self.task)
@@ -267,14 +244,13 @@ class CodeEnv(Environment):
             )
         )
         if result.status is not ExecStatus.OK:
-            outcome = _from_run(call, result)
+            outcome = _from_run(result)
             if outcome.failure is None or not outcome.failure.infrastructure:
                 outcome.components = {"outcome": 0.0, "compiles": 0.0, "tests_passed": 0.0}
             return outcome
         verdict = _verdict(result.stdout, nonce)
         if verdict is None:  # the program ended without the harness's word: count nothing
-            return _CallOutcome(
-                call,
+            return CallOutcome(
                 False,
                 "the tests did not report a result (did the solution exit early?)",
                 failure=FailureReason.TOOL_ERROR,
@@ -293,8 +269,7 @@ class CodeEnv(Environment):
             "tests_passed": share,
         }
         failure = None if passed_all else FailureReason.TOOL_ERROR
-        return _CallOutcome(
-            call,
+        return CallOutcome(
             passed_all,
             text,
             failure=failure,
@@ -302,25 +277,6 @@ class CodeEnv(Environment):
             seconds=result.wall_s,
             log=result.stdout[-4000:],
         )
-
-
-class _CallOutcome:
-    def __init__(
-        self,
-        call: ToolCall,
-        ok: bool,
-        content: str,
-        *,
-        failure: FailureReason | None = None,
-        components: dict[str, float] | None = None,
-        seconds: float = 0.0,
-        log: str = "",
-    ) -> None:
-        self.result = ToolResult(call_id=call.id, name=call.name, content=content, ok=ok)
-        self.failure = failure
-        self.components = components or {}
-        self.seconds = seconds
-        self.log = log
 
 
 def _str_arg(args: dict[str, Any], name: str) -> str:
@@ -351,12 +307,11 @@ _STATUS_FAILURE = {
 }
 
 
-def _from_run(call: ToolCall, result: ExecResult) -> _CallOutcome:
+def _from_run(result: ExecResult) -> CallOutcome:
     text = (result.stdout[-4000:] + result.stderr[-4000:]).strip() or "(no output)"
     if result.status is not ExecStatus.OK:
         text = f"[{result.status.value}] {result.error}\n{text}".strip()
-    return _CallOutcome(
-        call,
+    return CallOutcome(
         result.status is ExecStatus.OK,
         text,
         failure=_STATUS_FAILURE.get(result.status),

@@ -19,12 +19,13 @@ from typing import Any
 
 from honing.envs.base import (
     Action,
+    CallOutcome,
     EnvConfig,
     Environment,
     FailureReason,
-    StepInfo,
+    StepOutput,
     ToolCall,
-    ToolResult,
+    malformed,
     tool_schema,
 )
 from honing.errors import HoningError
@@ -129,66 +130,55 @@ class MathEnv(Environment):
         self.state = type(self.state).model_validate(saved["state"])
         self.steps = saved["steps"]
 
-    async def _step(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+    async def _step(self, action: Action) -> StepOutput:
         calls = list(action.tool_calls)
         if not calls:
             stated = stated_answer(action.content)
             if stated is None:
-                detail = "no tool call and no \\boxed{...} answer: use calculator or answer"
-                return {"well_formed": 0.0}, [], StepInfo(
-                    failure=FailureReason.MALFORMED_ACTION, detail=detail)  # fmt: skip
+                return malformed(
+                    "no tool call and no \\boxed{...} answer: use calculator or answer"
+                )
             calls = [ToolCall(id="inline", name="answer", arguments={"value": stated})]
-        components = {"well_formed": 1.0}
-        results: list[ToolResult] = []
-        failure: FailureReason | None = None
-        detail = ""
-        for call in calls:
-            ok, text, call_failure, extra = await self._call(call)
-            results.append(ToolResult(call_id=call.id, name=call.name, content=text, ok=ok))
-            components.update(extra)
-            if call_failure in (FailureReason.MALFORMED_ACTION, FailureReason.UNKNOWN_TOOL):
-                components["well_formed"] = 0.0
-            if call_failure is not None and (failure is None or call_failure.infrastructure):
-                failure, detail = call_failure, text
-            if self.done or (call_failure is not None and call_failure.infrastructure):
-                break
+        components, results, info = await self.run_calls(calls, self._call)
         assert self.state is not None
         self.state.actions.append(
             "; ".join(f"{r.name}: {r.content.splitlines()[0][:60]}" for r in results)
         )
-        return components, results, StepInfo(failure=failure, detail=detail)
+        return components, results, info
 
-    async def _call(
-        self, call: ToolCall
-    ) -> tuple[bool, str, FailureReason | None, dict[str, float]]:
-        value = call.arguments.get("expression" if call.name == "calculator" else "value")
-        if call.name not in ("calculator", "answer"):
-            return (False, f"unknown tool {call.name!r}; available: calculator, answer",
-                    FailureReason.UNKNOWN_TOOL, {})  # fmt: skip
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            name = "expression" if call.name == "calculator" else "value"
-            return False, f"argument {name!r} must be a string", FailureReason.MALFORMED_ACTION, {}
+    async def _call(self, call: ToolCall) -> CallOutcome:
         if call.name == "calculator":
-            result = await self.pool.run(
-                ExecRequest(code=CALCULATOR, stdin=str(value), timeout_s=CALC_TIMEOUT_S)
-            )
-            if result.status is ExecStatus.SANDBOX_ERROR:
-                return False, result.error, FailureReason.SANDBOX_ERROR, {}
-            if result.status is not ExecStatus.OK:
-                return (False, f"calculator: {result.status.value} ({result.error})",
-                        FailureReason.TOOL_ERROR, {"tool_ok": 0.0})  # fmt: skip
-            out = json.loads(result.stdout)
-            if "error" in out:
-                return (
-                    False,
-                    f"calculator: {out['error']}",
-                    FailureReason.TOOL_ERROR,
-                    {"tool_ok": 0.0},
-                )
-            return True, f"{value} = {out['value']}", None, {"tool_ok": 1.0}
+            return await calculate(self.pool, call.arguments.get("expression"))
+        if call.name != "answer":
+            return CallOutcome(False, f"unknown tool {call.name!r}; available: calculator, answer",
+                               FailureReason.UNKNOWN_TOOL)  # fmt: skip
+        value = call.arguments.get("value")
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            return CallOutcome(False, "argument 'value' must be a string",
+                               FailureReason.MALFORMED_ACTION)  # fmt: skip
         assert isinstance(self.task, MathTask)
         self.done = True
         equal = await math_equal(self.pool, self.task.answer, str(value))
         if equal is None:
-            return False, "the answer checker failed", FailureReason.VERIFIER_CRASH, {}
-        return equal, "correct" if equal else "incorrect", None, {"outcome": float(equal)}
+            return CallOutcome(False, "the answer checker failed", FailureReason.VERIFIER_CRASH)
+        return CallOutcome(equal, "correct" if equal else "incorrect",
+                           components={"outcome": float(equal)})  # fmt: skip
+
+
+async def calculate(pool: SandboxPool, expression: object) -> CallOutcome:
+    """The calculator tool (shared by the math and tools domains): exact, in the sandbox."""
+    if not isinstance(expression, str):
+        return CallOutcome(False, "argument 'expression' must be a string",
+                           FailureReason.MALFORMED_ACTION)  # fmt: skip
+    result = await pool.run(
+        ExecRequest(code=CALCULATOR, stdin=expression, timeout_s=CALC_TIMEOUT_S)
+    )
+    if result.status is ExecStatus.SANDBOX_ERROR:
+        return CallOutcome(False, result.error, FailureReason.SANDBOX_ERROR)
+    out = json.loads(result.stdout) if result.status is ExecStatus.OK else {}
+    if "value" not in out:
+        reason = out.get("error") or f"{result.status.value} ({result.error})"
+        return CallOutcome(False, f"calculator: {reason}", FailureReason.TOOL_ERROR,
+                           components={"tool_ok": 0.0}, seconds=result.wall_s)  # fmt: skip
+    return CallOutcome(True, f"{expression} = {out['value']}", components={"tool_ok": 1.0},
+                       seconds=result.wall_s)  # fmt: skip

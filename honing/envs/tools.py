@@ -25,17 +25,20 @@ from typing import Any
 
 from honing.envs.base import (
     Action,
+    CallOutcome,
     EnvConfig,
     Environment,
     FailureReason,
     StepInfo,
+    StepOutput,
     ToolCall,
     ToolResult,
+    malformed,
     tool_schema,
 )
-from honing.envs.math import CALCULATOR, stated_answer
+from honing.envs.math import calculate, stated_answer
 from honing.errors import HoningError
-from honing.sandbox import ExecRequest, ExecStatus, SandboxPool
+from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import ToolsTask
 from honing.tasks.toolcalls import answers_match, match_calls
@@ -67,7 +70,6 @@ BUILTIN_SCHEMAS = {
          "date": {"type": "string"}, "days": {"type": "integer"}, "other": {"type": "string"}},
         ["operation", "date"]),
 }  # fmt: skip
-CALC_TIMEOUT_S = 5.0
 
 
 class ToolError(Exception):
@@ -176,10 +178,10 @@ class ToolsEnv(Environment):
         self.steps, self.calls_made = saved["steps"], saved["calls"]
         self.constraints_ok = saved["ok"]
 
-    async def _step(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+    async def _step(self, action: Action) -> StepOutput:
         return await (self._execute(action) if self.executable else self._judge(action))
 
-    async def _judge(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+    async def _judge(self, action: Action) -> StepOutput:
         task = self._task()
         self.done = True  # single turn
         calls = [{"name": c.name, "arguments": c.arguments} for c in action.tool_calls]
@@ -191,92 +193,62 @@ class ToolsEnv(Environment):
         components = {"outcome": 0.0 if mismatch else 1.0, "well_formed": 1.0}
         return components, results, StepInfo(detail=mismatch or "")
 
-    async def _execute(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+    async def _execute(self, action: Action) -> StepOutput:
         calls = list(action.tool_calls)
         if not calls:
             stated = stated_answer(action.content)
             if stated is None:
-                detail = "no tool call and no answer: call a tool, or answer"
-                return {"well_formed": 0.0}, [], StepInfo(
-                    failure=FailureReason.MALFORMED_ACTION, detail=detail)  # fmt: skip
+                return malformed("no tool call and no answer: call a tool, or answer")
             calls = [ToolCall(id="inline", name="answer", arguments={"value": stated})]
-        components: dict[str, float] = {"well_formed": 1.0}
-        results: list[ToolResult] = []
-        failure: FailureReason | None = None
-        detail = ""
-        for call in calls:
-            ok, text, call_failure = await self._run(call, components)
-            results.append(ToolResult(call_id=call.id, name=call.name, content=text, ok=ok))
-            if call_failure in (FailureReason.MALFORMED_ACTION, FailureReason.UNKNOWN_TOOL):
-                components["well_formed"] = 0.0
-            if call_failure is not None and (failure is None or call_failure.infrastructure):
-                failure, detail = call_failure, text
-            if self.done or (call_failure is not None and call_failure.infrastructure):
-                break
+        components, results, info = await self.run_calls(calls, self._run)
         components["constraints"] = 1.0 if self.constraints_ok else 0.0
         assert self.state is not None
         self.state.actions.append(
             "; ".join(f"{r.name}: {r.content.splitlines()[0][:60]}" for r in results)
         )
-        return components, results, StepInfo(failure=failure, detail=detail)
+        return components, results, info
 
-    async def _run(
-        self, call: ToolCall, components: dict[str, float]
-    ) -> tuple[bool, str, FailureReason | None]:
+    async def _run(self, call: ToolCall) -> CallOutcome:
         task = self._task()
         if call.name == "answer":
             self.done = True
             value = call.arguments.get("value")
             if not isinstance(value, str | int | float) or isinstance(value, bool):
-                return False, "argument 'value' must be a string", FailureReason.MALFORMED_ACTION
+                return CallOutcome(False, "argument 'value' must be a string",
+                                   FailureReason.MALFORMED_ACTION)  # fmt: skip
             right = answers_match(task.answer or "", str(value))
-            components["outcome"] = 1.0 if right else 0.0
-            return right, "correct" if right else "incorrect", None
+            return CallOutcome(right, "correct" if right else "incorrect",
+                               components={"outcome": 1.0 if right else 0.0})  # fmt: skip
         declared = {f["name"] for f in task.functions}
         if call.name not in declared:
             known = ", ".join(sorted(declared | {"answer"}))
-            return (
-                False,
-                f"unknown tool {call.name!r}; available: {known}",
-                FailureReason.UNKNOWN_TOOL,
-            )
+            return CallOutcome(False, f"unknown tool {call.name!r}; available: {known}",
+                               FailureReason.UNKNOWN_TOOL)  # fmt: skip
         if call.name in task.forbidden_tools:
             self.constraints_ok = False
-            return False, f"{call.name} is forbidden for this task", FailureReason.TOOL_ERROR
+            return CallOutcome(False, f"{call.name} is forbidden for this task",
+                               FailureReason.TOOL_ERROR)  # fmt: skip
         if task.max_calls is not None and self.calls_made >= task.max_calls:
             self.constraints_ok = False
-            return False, f"the budget of {task.max_calls} calls is spent", FailureReason.TOOL_ERROR
+            return CallOutcome(False, f"the budget of {task.max_calls} calls is spent",
+                               FailureReason.TOOL_ERROR)  # fmt: skip
         self.calls_made += 1
         if call.name == "calculator":
-            return await self._calculate(call.arguments.get("expression"))
+            return await calculate(self.pool, call.arguments.get("expression"))
         handlers: dict[str, Callable[..., object]] = {
             "convert_units": convert_units, "lookup": self._lookup, "calendar": calendar,
         }  # fmt: skip
         try:
             value = handlers[call.name](**call.arguments)
         except TypeError as exc:
-            return False, f"{call.name}: bad arguments ({exc})", FailureReason.MALFORMED_ACTION
+            return CallOutcome(False, f"{call.name}: bad arguments ({exc})",
+                               FailureReason.MALFORMED_ACTION)  # fmt: skip
         except ToolError as exc:
-            return False, f"{call.name}: {exc}", FailureReason.TOOL_ERROR
-        return True, f"{call.name} -> {value}", None
+            return CallOutcome(False, f"{call.name}: {exc}", FailureReason.TOOL_ERROR)
+        return CallOutcome(True, f"{call.name} -> {value}")
 
     def _lookup(self, key: str) -> str:
         facts = {k.lower(): v for k, v in self._task().facts.items()}
         if not isinstance(key, str) or key.lower() not in facts:
             raise ToolError(f"no entry for {key!r}")
         return facts[key.lower()]
-
-    async def _calculate(self, expression: object) -> tuple[bool, str, FailureReason | None]:
-        if not isinstance(expression, str):
-            return False, "argument 'expression' must be a string", FailureReason.MALFORMED_ACTION
-        result = await self.pool.run(
-            ExecRequest(code=CALCULATOR, stdin=expression, timeout_s=CALC_TIMEOUT_S)
-        )
-        if result.status is ExecStatus.SANDBOX_ERROR:
-            return False, result.error, FailureReason.SANDBOX_ERROR
-        if result.status is not ExecStatus.OK:
-            return False, f"calculator: {result.status.value}", FailureReason.TOOL_ERROR
-        out = json.loads(result.stdout)
-        if "error" in out:
-            return False, f"calculator: {out['error']}", FailureReason.TOOL_ERROR
-        return True, f"{expression} = {out['value']}", None
