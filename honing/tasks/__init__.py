@@ -19,6 +19,7 @@ from honing.tasks.schema import (
     TaskBase,
     ToolsTask,
 )
+from honing.tasks.synthetic import generate_code_tasks, generate_math_tasks, generate_tools_tasks
 
 __all__ = [
     "DOMAINS",
@@ -33,6 +34,9 @@ __all__ = [
     "ToolsTask",
     "Verification",
     "apply_quality_filter",
+    "generate_code_tasks",
+    "generate_math_tasks",
+    "generate_tools_tasks",
     "load_tasks",
     "read_rows",
     "tasks_from_rows",
