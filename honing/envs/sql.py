@@ -62,6 +62,7 @@ from honing.tasks.sqlcheck import (
     table_path,
 )
 
+MAX_CHARS = 8000  # of one tool result shown to the model
 ANSWER_LINE = re.compile(r"^\s*(?:final\s+)?answer\s*[:=]", re.I | re.M)
 SQL_BLOCK = re.compile(r"```(?:sql|duckdb)\s*\n(.*?)```", re.S | re.I)
 
@@ -252,7 +253,7 @@ class SqlEnv(Environment):
         run = await self._run(None, "tables")
         if run.problem is not None:
             return _run_failed(call, run, "list_tables")
-        text = "\n".join(t.render() for t in run.tables) or "(no tables)"
+        text = _clip("\n".join(t.render() for t in run.tables) or "(no tables)")
         return _CallOutcome(_ok(call, text), summary=f"list_tables -> {len(run.tables)} tables",
                             log=text, seconds=run.wall_s)  # fmt: skip
 
@@ -265,7 +266,7 @@ class SqlEnv(Environment):
                 outcome.components = {"query_ok": 0.0}
             return outcome
         (result,) = run.results
-        text = result.render()
+        text = _clip(result.render())
         if not result.ok:
             return _CallOutcome(
                 ToolResult(call_id=call.id, name=call.name, content=text, ok=False),
@@ -297,6 +298,10 @@ class SqlEnv(Environment):
         return _CallOutcome(_ok(call, content), components=components,
                             summary=f"answer -> {passed}/{total} checks",
                             log=judgement.render())  # fmt: skip
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + "\n… (cut: too long)"
 
 
 def _ok(call: ToolCall, content: str) -> ToolResult:

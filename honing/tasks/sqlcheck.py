@@ -64,6 +64,7 @@ TABLE_DIR = "tables"
 WORKSPACE_DB = "work.duckdb"
 MEMORY_DB = ":memory:"
 MAX_ROWS = 20
+COUNT_CAP = 1_000_000  # rows counted, at most: a huge result is not worth a timeout
 TIMEOUT_S = 10.0
 MAX_SNIPPETS = 3
 FLOAT_REL = 1e-9  # "equal up to float rounding"
@@ -83,9 +84,10 @@ def plain(value):
     return str(value)[:CELL_CHARS]
 
 
-def run(con, duckdb, sql, max_rows, select_only):
+def run(con, duckdb, sql, spec):
+    max_rows, cap = spec["max_rows"], spec["count_cap"]
     try:
-        if select_only:
+        if spec["select_only"]:
             statements = con.extract_statements(sql)
             if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
                 return {"sql": sql, "error": "must be exactly one SELECT statement"}
@@ -95,12 +97,14 @@ def run(con, duckdb, sql, max_rows, select_only):
         rows = cursor.fetchmany(max_rows + 1) if columns else []
         if columns == ["Count"] and not rows:  # a statement without a result (CREATE, DROP…)
             columns, types = [], []
-        count = len(rows)
+        count, capped = len(rows), False
         if count > max_rows:
-            while batch := cursor.fetchmany(10000):
+            while not capped and (batch := cursor.fetchmany(10000)):
                 count += len(batch)
+                capped = count > cap
         rows = [[plain(v) for v in row] for row in rows[:max_rows]]
-        return {"sql": sql, "columns": columns, "types": types, "rows": rows, "row_count": count}
+        return {"sql": sql, "columns": columns, "types": types, "rows": rows,
+                "row_count": min(count, cap), "capped": capped}
     except Exception as e:  # a SQL error, or a value DuckDB cannot hand to Python
         return {"sql": sql, "error": (str(e).strip() or type(e).__name__)[:2000]}
 
@@ -147,8 +151,7 @@ def main():
     if spec["op"] == "tables":
         reply = {"tables": tables(con)}
     else:
-        reply = {"results": [run(con, duckdb, q, spec["max_rows"], spec["select_only"])
-                             for q in spec["queries"]]}
+        reply = {"results": [run(con, duckdb, q, spec) for q in spec["queries"]]}
     con.close()
     return reply
 
@@ -219,8 +222,9 @@ class QueryResult:
     columns: list[str] = field(default_factory=list)
     types: list[str] = field(default_factory=list)
     rows: list[list[Any]] = field(default_factory=list)
-    row_count: int = 0
+    row_count: int = 0  # at most COUNT_CAP
     error: str | None = None
+    capped: bool = False  # there are more than COUNT_CAP rows
 
     @property
     def ok(self) -> bool:
@@ -247,7 +251,9 @@ class QueryResult:
                  for row in cells]  # fmt: skip
         lines.insert(1, "-+-".join("-" * w for w in widths))
         shown = len(self.rows)
-        if shown < self.row_count:
+        if self.capped:
+            lines.append(f"({shown} of more than {self.row_count} rows shown)")
+        elif shown < self.row_count:
             lines.append(f"({shown} of {self.row_count} rows shown)")
         else:
             lines.append(f"({self.row_count} row{'s' if self.row_count != 1 else ''})")
@@ -311,6 +317,7 @@ def query_request(
         "select_only": select_only,
         "memory": f"{memory_mb}MB",
         "max_rows": max_rows,
+        "count_cap": COUNT_CAP,
     }
     return ExecRequest(
         code=HARNESS,
@@ -351,7 +358,8 @@ def parse_run(result: ExecResult) -> SqlRun:
                       wall_s=result.wall_s)  # fmt: skip
     results = [
         QueryResult(sql=r["sql"], columns=r.get("columns", []), types=r.get("types", []),
-                    rows=r.get("rows", []), row_count=r.get("row_count", 0), error=r.get("error"))
+                    rows=r.get("rows", []), row_count=r.get("row_count", 0), error=r.get("error"),
+                    capped=r.get("capped", False))
         for r in reply.get("results", [])
     ]  # fmt: skip
     tables = [

@@ -118,6 +118,11 @@ async def test_list_tables_and_queries(env: SqlEnv) -> None:
     ]
     long = await env.step(call("query", sql="SELECT * FROM range(50)"))
     assert long.observation.tool_results[0].content.endswith("(20 of 50 rows shown)")
+    huge = await env.step(call("query", sql="SELECT * FROM range(3000000)"))
+    assert huge.observation.tool_results[0].content.endswith("(20 of more than 1000000 rows shown)")
+    columns = ", ".join(f"repeat('x', 30) AS c{i}" for i in range(300))
+    wide = await env.step(call("query", sql=f"SELECT {columns} FROM range(20)"))
+    assert wide.observation.tool_results[0].content.endswith("… (cut: too long)")
     error = await env.step(call("query", sql="SELEC 1"))
     assert error.components == {"well_formed": 1.0, "query_ok": 0.0}
     assert error.info.failure is FailureReason.TOOL_ERROR and not error.info.infrastructure

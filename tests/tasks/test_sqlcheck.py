@@ -191,6 +191,8 @@ def test_query_result_renders_compactly() -> None:
         "(2 of 7 rows shown)",
     ]
     assert QueryResult(sql="q", error="Parser Error: x").render() == "error: Parser Error: x"
+    huge = QueryResult(sql="q", columns=["n"], rows=[[1]], row_count=1_000_000, capped=True)
+    assert huge.render().endswith("(1 of more than 1000000 rows shown)")
 
 
 # -- schema -----------------------------------------------------------------------------------
