@@ -227,6 +227,7 @@ class Environment(abc.ABC):
         self.steps = 0
         self.done = False
         self._started = 0.0
+        self._checkpoints: dict[str, tuple[TaskState, int, Any]] = {}
 
     @property
     @abc.abstractmethod
@@ -237,6 +238,7 @@ class Environment(abc.ABC):
         if task.domain != self.domain:
             raise HoningError(f"{type(self).__name__} runs {self.domain} tasks, not {task.domain}")
         self.task, self.steps, self.done = task, 0, False
+        self._checkpoints.clear()
         self._started = time.monotonic()
         self.state = TaskState(goal=task.prompt)
         await self._reset(task)
@@ -324,10 +326,31 @@ class Environment(abc.ABC):
         """The actions that submit `task.reference` through the normal tools (for the
         `reference` policy of the evaluation, and to test that the environment can be solved)."""
 
-    @abc.abstractmethod
     async def checkpoint(self) -> str:
-        """A token for the current state of the episode."""
+        """A token for the episode as it is now: its task state, step count and whatever the
+        domain keeps besides (`_save`: files, counters)."""
+        if self.state is None:
+            raise HoningError("call reset(task) first")
+        token = f"checkpoint-{len(self._checkpoints)}"
+        self._checkpoints[token] = (
+            self.state.model_copy(deep=True),
+            self.steps,
+            await self._save(),
+        )
+        return token
 
-    @abc.abstractmethod
     async def rollback(self, token: str) -> None:
-        """Return to the state `token` was taken in."""
+        """Return to the episode as it was when `token` was taken (seed §4.3)."""
+        saved = self._checkpoints.get(token)
+        if saved is None:
+            raise HoningError(f"no checkpoint {token!r} in this episode")
+        state, steps, extra = saved
+        await self._restore(extra)
+        self.state, self.steps = state.model_copy(deep=True), steps
+
+    async def _save(self) -> Any:
+        """What the domain keeps besides the task state, for `checkpoint` (default: nothing)."""
+        return None
+
+    async def _restore(self, saved: Any) -> None:  # noqa: B027 - optional hook
+        """Put back what `_save` returned."""

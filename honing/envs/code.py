@@ -147,11 +147,11 @@ class CodeEnv(Environment):
         test = ToolCall(id="ref-test", name="run_tests", arguments={})
         return [Action(tool_calls=[write, test])]
 
-    async def checkpoint(self) -> str:
+    async def _save(self) -> str:
         return self._ws().snapshot()
 
-    async def rollback(self, token: str) -> None:
-        self._ws().restore(token)
+    async def _restore(self, saved: Any) -> None:
+        self._ws().restore(saved)
 
     def _ws(self) -> Workspace:
         if self.workspace is None:

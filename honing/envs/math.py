@@ -20,7 +20,6 @@ from typing import Any
 from honing.envs.base import (
     Action,
     CallOutcome,
-    EnvConfig,
     Environment,
     FailureReason,
     StepOutput,
@@ -28,7 +27,6 @@ from honing.envs.base import (
     malformed,
     tool_schema,
 )
-from honing.errors import HoningError
 from honing.sandbox import ExecRequest, ExecStatus, SandboxPool
 from honing.tasks.load import AnyTask
 from honing.tasks.mathcheck import math_equal
@@ -96,10 +94,6 @@ def stated_answer(content: str) -> str | None:
 class MathEnv(Environment):
     domain = "math"
 
-    def __init__(self, pool: SandboxPool, config: EnvConfig | None = None) -> None:
-        super().__init__(pool, config)
-        self._tokens: dict[str, dict[str, Any]] = {}
-
     @property
     def tools(self) -> list[dict[str, Any]]:
         return TOOLS
@@ -115,20 +109,6 @@ class MathEnv(Environment):
         value = task.reference if task.reference is not None else task.answer
         return [Action(tool_calls=[ToolCall(id="ref-answer", name="answer",
                                             arguments={"value": value})])]  # fmt: skip
-
-    async def checkpoint(self) -> str:
-        if self.state is None:
-            raise HoningError("call reset(task) first")
-        token = f"t{len(self._tokens)}"
-        self._tokens[token] = {"state": self.state.model_dump(), "steps": self.steps}
-        return token
-
-    async def rollback(self, token: str) -> None:
-        saved = self._tokens.get(token)
-        if saved is None or self.state is None:
-            raise HoningError(f"no checkpoint {token!r} in this episode")
-        self.state = type(self.state).model_validate(saved["state"])
-        self.steps = saved["steps"]
 
     async def _step(self, action: Action) -> StepOutput:
         calls = list(action.tool_calls)

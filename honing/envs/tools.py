@@ -117,7 +117,6 @@ class ToolsEnv(Environment):
         super().__init__(pool, config)
         self.calls_made = 0
         self.constraints_ok = True
-        self._tokens: dict[str, dict[str, Any]] = {}
 
     def _task(self) -> ToolsTask:
         if not isinstance(self.task, ToolsTask):
@@ -162,21 +161,11 @@ class ToolsEnv(Environment):
             return [Action(tool_calls=calls)]
         return [Action(tool_calls=[c]) for c in calls]
 
-    async def checkpoint(self) -> str:
-        if self.state is None:
-            raise HoningError("call reset(task) first")
-        token = f"t{len(self._tokens)}"
-        self._tokens[token] = {"state": self.state.model_dump(), "steps": self.steps,
-                               "calls": self.calls_made, "ok": self.constraints_ok}  # fmt: skip
-        return token
+    async def _save(self) -> tuple[int, bool]:
+        return self.calls_made, self.constraints_ok
 
-    async def rollback(self, token: str) -> None:
-        saved = self._tokens.get(token)
-        if saved is None or self.state is None:
-            raise HoningError(f"no checkpoint {token!r} in this episode")
-        self.state = type(self.state).model_validate(saved["state"])
-        self.steps, self.calls_made = saved["steps"], saved["calls"]
-        self.constraints_ok = saved["ok"]
+    async def _restore(self, saved: Any) -> None:
+        self.calls_made, self.constraints_ok = saved
 
     async def _step(self, action: Action) -> StepOutput:
         return await (self._execute(action) if self.executable else self._judge(action))
