@@ -8,7 +8,7 @@ block.
 
 The workspace holds the task's tables as files (`tables/NAME.csv` or `.parquet`) and the
 episode's DuckDB database (`work.duckdb`), which the first tool call loads from them;
-`checkpoint`/`rollback` snapshot and restore both, with the task state. The answer is judged by
+`checkpoint`/`rollback` snapshot and restore both, besides the task state. The answer is judged by
 the task's rules (`honing.tasks.sqlcheck`), whose queries run on a fresh copy of the tables: what
 the model did to its database does not count.
 
@@ -31,18 +31,17 @@ pool; `close` drops it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from honing.envs.base import (
     Action,
+    CallOutcome,
     EnvConfig,
     Environment,
     FailureReason,
-    StepInfo,
-    TaskState,
+    StepOutput,
     ToolCall,
-    ToolResult,
+    malformed,
     tool_schema,
 )
 from honing.errors import HoningError
@@ -87,16 +86,6 @@ _RUN_FAILURE = {
 }
 
 
-@dataclass
-class _CallOutcome:
-    result: ToolResult
-    failure: FailureReason | None = None
-    components: dict[str, float] = field(default_factory=dict)
-    summary: str = ""  # one line for the task state
-    log: str = ""
-    seconds: float = 0.0
-
-
 class SqlEnv(Environment):
     domain = "sql"
 
@@ -106,7 +95,8 @@ class SqlEnv(Environment):
         self.workspace: Workspace | None = None
         self._files: dict[str, str | bytes] = {}
         self._layout: dict[str, str] = {}
-        self._saved: dict[str, tuple[TaskState, int]] = {}
+        self._summaries: list[str] = []  # of the current step's calls, for the task state
+        self._queries_ok: list[bool] = []  # of the current step's queries
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -129,7 +119,6 @@ class SqlEnv(Environment):
         self.workspace = self.sql_pool.workspace()
         for path, content in self._files.items():
             self.workspace.write(path, content)
-        self._saved = {}
         self.state.constraints = [
             f"Tables: {', '.join(task.tables)} (DuckDB SQL).",
             "Finish with answer(text), starting `Answer: <value>`.",
@@ -149,65 +138,30 @@ class SqlEnv(Environment):
         answer = ToolCall(id="ref-answer", name="answer", arguments={"text": text})
         return [Action(tool_calls=[query]), Action(tool_calls=[answer])]
 
-    async def checkpoint(self) -> str:
-        if self.state is None:
-            raise HoningError("call reset(task) first")
-        token = self._ws().snapshot()
-        self._saved[token] = (self.state.model_copy(deep=True), self.steps)
-        return token
+    async def _save(self) -> str:
+        return self._ws().snapshot()  # the table files and the episode's database
 
-    async def rollback(self, token: str) -> None:
-        saved = self._saved.get(token)
-        if saved is None:
-            raise HoningError(f"no checkpoint {token!r} in this episode")
-        self._ws().restore(token)
-        self.state, self.steps = saved[0].model_copy(deep=True), saved[1]
+    async def _restore(self, saved: Any) -> None:
+        self._ws().restore(str(saved))
 
     def _ws(self) -> Workspace:
         if self.workspace is None:
             raise HoningError("call reset(task) first")
         return self.workspace
 
-    async def _step(self, action: Action) -> tuple[dict[str, float], list[ToolResult], StepInfo]:
+    async def _step(self, action: Action) -> StepOutput:
         calls = list(action.tool_calls) or self._inline_calls(action.content)
         if not calls:
-            detail = "no tool call: call list_tables, query or answer (or reply `Answer: ...`)"
-            return {"well_formed": 0.0}, [], StepInfo(
-                failure=FailureReason.MALFORMED_ACTION, detail=detail)  # fmt: skip
-        components: dict[str, float] = {"well_formed": 1.0}
-        results: list[ToolResult] = []
-        failure: FailureReason | None = None
-        detail, logs, summaries = "", [], []
-        tool_s: dict[str, float] = {}
-        queries_ok: list[bool] = []
-        for call in calls:
-            if self.done:  # answered earlier in this step
-                skipped = "not run: the episode ended with answer"
-                results.append(ToolResult(call_id=call.id, name=call.name, content=skipped,
-                                          ok=False))  # fmt: skip
-                continue
-            outcome = await self._call(call)
-            results.append(outcome.result)
-            components.update(outcome.components)
-            summaries.append(outcome.summary)
-            tool_s[call.name] = tool_s.get(call.name, 0.0) + outcome.seconds
-            if outcome.log:
-                logs.append(outcome.log)
-            if call.name == "query" and "query_ok" in outcome.components:
-                queries_ok.append(outcome.components["query_ok"] == 1.0)
-            if outcome.failure is not None and (failure is None or outcome.failure.infrastructure):
-                failure, detail = outcome.failure, outcome.result.content
-            if outcome.failure in (FailureReason.MALFORMED_ACTION, FailureReason.UNKNOWN_TOOL):
-                components["well_formed"] = 0.0
-            if outcome.failure is not None and outcome.failure.infrastructure:
-                break  # the sandbox broke: no point running the rest
-        if queries_ok:
-            components["query_ok"] = sum(queries_ok) / len(queries_ok)
+            return malformed("no tool call: call list_tables, query or answer (or reply "
+                             "`Answer: ...`)")  # fmt: skip
+        self._summaries, self._queries_ok = [], []
+        components, results, info = await self.run_calls(calls, self._call)
+        if self._queries_ok:
+            components["query_ok"] = sum(self._queries_ok) / len(self._queries_ok)
         assert self.state is not None
-        self.state.actions.append("; ".join(summaries) or "nothing")
-        if not self.done and queries_ok:
+        self.state.actions.append("; ".join(self._summaries))
+        if not self.done and self._queries_ok:
             self.state.next_steps = ["query further, or answer"]
-        info = StepInfo(failure=failure, detail=detail, tool_s=tool_s, logs=logs)
         return components, results, info
 
     @staticmethod
@@ -219,27 +173,35 @@ class SqlEnv(Environment):
             return [ToolCall(id="inline-query", name="query", arguments={"sql": block.group(1)})]
         return []
 
-    async def _call(self, call: ToolCall) -> _CallOutcome:
+    async def _call(self, call: ToolCall) -> CallOutcome:
+        """One tool call; notes a line for the task state and, for a query, whether it ran."""
+        outcome, summary = await self._dispatch(call)
+        self._summaries.append(summary)
+        if "query_ok" in outcome.components:
+            self._queries_ok.append(outcome.components.pop("query_ok") == 1.0)
+        return outcome
+
+    async def _dispatch(self, call: ToolCall) -> tuple[CallOutcome, str]:
         if call.name == "list_tables":
-            return await self._list_tables(call)
+            return await self._list_tables()
         if call.name == "query":
             sql = call.arguments.get("sql")
             if not isinstance(sql, str) or not sql.strip():
-                return _malformed(call, "argument 'sql' must be a non-empty string")
-            return await self._query(call, sql)
+                return _malformed("argument 'sql' must be a non-empty string"), "query (malformed)"
+            return await self._query(sql)
         if call.name == "answer":
             text = call.arguments.get("text")
             if isinstance(text, int | float) and not isinstance(text, bool):
                 text = f"Answer: {text}"
             if not isinstance(text, str) or not text.strip():
-                return _malformed(call, "argument 'text' must be a non-empty string")
-            return await self._answer(call, text)
+                return _malformed(
+                    "argument 'text' must be a non-empty string"
+                ), "answer (malformed)"
+            return await self._answer(text)
         known = ", ".join(t["function"]["name"] for t in TOOLS)
-        return _CallOutcome(
-            ToolResult(call_id=call.id, name=call.name, ok=False,
-                       content=f"unknown tool {call.name!r}; available: {known}"),
-            failure=FailureReason.UNKNOWN_TOOL, summary=f"{call.name} (unknown)",
-        )  # fmt: skip
+        unknown = CallOutcome(False, f"unknown tool {call.name!r}; available: {known}",
+                              failure=FailureReason.UNKNOWN_TOOL)  # fmt: skip
+        return unknown, f"{call.name} (unknown)"
 
     async def _run(self, queries: list[str] | None, op: Literal["queries", "tables"]) -> SqlRun:
         assert self.sql_pool is not None
@@ -249,44 +211,39 @@ class SqlEnv(Environment):
         )  # fmt: skip
         return parse_run(await self.sql_pool.run(request))
 
-    async def _list_tables(self, call: ToolCall) -> _CallOutcome:
+    async def _list_tables(self) -> tuple[CallOutcome, str]:
         run = await self._run(None, "tables")
         if run.problem is not None:
-            return _run_failed(call, run, "list_tables")
+            return _run_failed(run), f"list_tables -> {run.problem.value}"
         text = _clip("\n".join(t.render() for t in run.tables) or "(no tables)")
-        return _CallOutcome(_ok(call, text), summary=f"list_tables -> {len(run.tables)} tables",
-                            log=text, seconds=run.wall_s)  # fmt: skip
+        outcome = CallOutcome(True, text, seconds=run.wall_s, log=text)
+        return outcome, f"list_tables -> {len(run.tables)} tables"
 
-    async def _query(self, call: ToolCall, sql: str) -> _CallOutcome:
+    async def _query(self, sql: str) -> tuple[CallOutcome, str]:
         run = await self._run([sql], "queries")
-        short = " ".join(sql.split())[:60]
+        what = f"query `{' '.join(sql.split())[:60]}`"
         if run.problem is not None:
-            outcome = _run_failed(call, run, f"query `{short}`")
+            outcome = _run_failed(run)
             if not run.problem.infrastructure and run.problem is not RunProblem.TABLES:
                 outcome.components = {"query_ok": 0.0}
-            return outcome
+            return outcome, f"{what} -> {run.problem.value}"
         (result,) = run.results
         text = _clip(result.render())
         if not result.ok:
-            return _CallOutcome(
-                ToolResult(call_id=call.id, name=call.name, content=text, ok=False),
-                failure=FailureReason.TOOL_ERROR, components={"query_ok": 0.0},
-                summary=f"query `{short}` -> error", log=text, seconds=run.wall_s,
-            )  # fmt: skip
-        return _CallOutcome(_ok(call, text), components={"query_ok": 1.0},
-                            summary=f"query `{short}` -> {result.row_count} rows", log=text,
-                            seconds=run.wall_s)  # fmt: skip
+            return CallOutcome(False, text, failure=FailureReason.TOOL_ERROR,
+                               components={"query_ok": 0.0}, seconds=run.wall_s,
+                               log=text), f"{what} -> error"  # fmt: skip
+        return CallOutcome(True, text, components={"query_ok": 1.0}, seconds=run.wall_s,
+                           log=text), f"{what} -> {result.row_count} rows"  # fmt: skip
 
-    async def _answer(self, call: ToolCall, text: str) -> _CallOutcome:
+    async def _answer(self, text: str) -> tuple[CallOutcome, str]:
         assert isinstance(self.task, SqlTask) and self.sql_pool is not None
         judgement = await judge_answer(self.sql_pool, self.task, text, self._files)
         if judgement.problem is not None:
-            failure = _RUN_FAILURE[judgement.problem]
-            return _CallOutcome(
-                ToolResult(call_id=call.id, name=call.name, ok=False,
-                           content=f"the answer could not be judged: {judgement.detail}"),
-                failure=failure, summary="answer (not judged)", log=judgement.detail,
-            )  # fmt: skip
+            failed = CallOutcome(False, f"the answer could not be judged: {judgement.detail}",
+                                 failure=_RUN_FAILURE[judgement.problem],
+                                 log=judgement.detail)  # fmt: skip
+            return failed, "answer (not judged)"
         self.done = True
         passed = sum(c.passed for c in judgement.checks)
         total = len(judgement.checks)
@@ -295,34 +252,23 @@ class SqlEnv(Environment):
         if failing:
             content += f" (failed: {', '.join(failing)})"
         components = {"outcome": float(judgement.passed), "rules_passed": judgement.share}
-        return _CallOutcome(_ok(call, content), components=components,
-                            summary=f"answer -> {passed}/{total} checks",
-                            log=judgement.render())  # fmt: skip
+        outcome = CallOutcome(True, content, components=components, log=judgement.render())
+        return outcome, f"answer -> {passed}/{total} checks"
 
 
 def _clip(text: str) -> str:
     return text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + "\n… (cut: too long)"
 
 
-def _ok(call: ToolCall, content: str) -> ToolResult:
-    return ToolResult(call_id=call.id, name=call.name, content=content, ok=True)
+def _malformed(message: str) -> CallOutcome:
+    return CallOutcome(False, message, failure=FailureReason.MALFORMED_ACTION)
 
 
-def _malformed(call: ToolCall, message: str) -> _CallOutcome:
-    return _CallOutcome(
-        ToolResult(call_id=call.id, name=call.name, content=message, ok=False),
-        failure=FailureReason.MALFORMED_ACTION, summary=f"{call.name} (malformed)",
-    )  # fmt: skip
-
-
-def _run_failed(call: ToolCall, run: SqlRun, what: str) -> _CallOutcome:
+def _run_failed(run: SqlRun) -> CallOutcome:
     assert run.problem is not None
     if run.problem is RunProblem.TABLES:
-        content = f"the task's tables do not load: {run.detail}"
+        text = f"the task's tables do not load: {run.detail}"
     else:
-        content = f"[{run.problem.value}] {run.detail}"
-    return _CallOutcome(
-        ToolResult(call_id=call.id, name=call.name, content=content, ok=False),
-        failure=_RUN_FAILURE[run.problem], summary=f"{what} -> {run.problem.value}",
-        log=content, seconds=run.wall_s,
-    )  # fmt: skip
+        text = f"[{run.problem.value}] {run.detail}"
+    return CallOutcome(False, text, failure=_RUN_FAILURE[run.problem], seconds=run.wall_s,
+                       log=text)  # fmt: skip
