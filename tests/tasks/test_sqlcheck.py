@@ -98,8 +98,9 @@ def test_states_allows_the_rounding_shown_or_the_tolerance() -> None:
     assert states(Number(151.0, 1.0), 150.0, 0.01)  # |1| ≤ 0.01 × 151
     assert close(0.1 + 0.2, 0.3, 0.0)  # float rounding is always allowed
     assert not close(100.0, 100.0001, 0.0)
-    assert close(100.00005, 100.0, 1e-6)  # 5e-5 ≤ 1e-6 × 100.00005
-    assert not close(100.0002, 100.0, 1e-6)
+    assert close(100.00005, 100.0, 1e-6)  # 5e-5 ≤ 1e-6 × 100
+    assert not close(100.0002, 100.0, 1e-6)  # 2e-4 > 1e-4
+    assert close(1e-13, 0.0, 0.0) and not close(1e-6, 0.0, 0.5)  # 0 expected: only rounding
 
 
 def test_mentions_is_a_whole_word_outside_code() -> None:
