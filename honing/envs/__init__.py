@@ -1,8 +1,9 @@
 """Environments: the async contract (`base`) and one file per domain.
 
-Covered so far: the contract (actions, observations, named rewards, failure taxonomy, task
-state, limits, checkpoint/rollback) and the `code` domain. Not covered yet: the sql, tools and
-math domains and their synthetic generators.
+Covered: the contract (actions, observations, named rewards, failure taxonomy, task state,
+limits, checkpoint/rollback) and the `code`, `math`, `tools` and `sql` domains; `registry` maps a
+domain to its environment. Not covered here: the agent loop that turns a model's text into
+actions (the rollout layer).
 """
 
 from honing.envs.base import (

@@ -227,7 +227,7 @@ class Environment(abc.ABC):
         self.steps = 0
         self.done = False
         self._started = 0.0
-        self._checkpoints: dict[str, tuple[TaskState, int, Any]] = {}
+        self._checkpoints: dict[str, tuple[TaskState, int, bool, Any]] = {}
 
     @property
     @abc.abstractmethod
@@ -327,14 +327,15 @@ class Environment(abc.ABC):
         `reference` policy of the evaluation, and to test that the environment can be solved)."""
 
     async def checkpoint(self) -> str:
-        """A token for the episode as it is now: its task state, step count and whatever the
-        domain keeps besides (`_save`: files, counters)."""
+        """A token for the episode as it is now: its task state, step count, whether it is over,
+        and whatever the domain keeps besides (`_save`: files, counters)."""
         if self.state is None:
             raise HoningError("call reset(task) first")
         token = f"checkpoint-{len(self._checkpoints)}"
         self._checkpoints[token] = (
             self.state.model_copy(deep=True),
             self.steps,
+            self.done,
             await self._save(),
         )
         return token
@@ -344,9 +345,9 @@ class Environment(abc.ABC):
         saved = self._checkpoints.get(token)
         if saved is None:
             raise HoningError(f"no checkpoint {token!r} in this episode")
-        state, steps, extra = saved
+        state, steps, done, extra = saved
         await self._restore(extra)
-        self.state, self.steps = state.model_copy(deep=True), steps
+        self.state, self.steps, self.done = state.model_copy(deep=True), steps, done
 
     async def _save(self) -> Any:
         """What the domain keeps besides the task state, for `checkpoint` (default: nothing)."""

@@ -1,6 +1,6 @@
 """Tasks: the typed record, loading from files/URLs/built-ins, versions, shards, quality filter.
 
-Covered: the `code`, `math` and `tools` domains' schemas; JSONL, Parquet and saved `datasets`
+Covered: the `code`, `math`, `tools` and `sql` domains' schemas; JSONL, Parquet and saved `datasets`
 directories,
 local or through fsspec; content versions; deterministic shards; validation, de-duplication and
 reference verification with quarantine. Not covered here: environments that use tasks
@@ -20,6 +20,7 @@ from honing.tasks.schema import (
     ToolsTask,
 )
 from honing.tasks.synthetic import generate_code_tasks, generate_math_tasks, generate_tools_tasks
+from honing.tasks.synthetic_sql import generate_sql_tasks
 
 __all__ = [
     "DOMAINS",
@@ -36,6 +37,7 @@ __all__ = [
     "apply_quality_filter",
     "generate_code_tasks",
     "generate_math_tasks",
+    "generate_sql_tasks",
     "generate_tools_tasks",
     "load_tasks",
     "read_rows",

@@ -4,8 +4,9 @@
                 prompt plus the canonical solution, the tests are its `check` function
     champ       the answer-checkable problems of `champ-dataset` (CHAMP v0), as math tasks
     bfcl        the single-turn Python function-calling questions of `bfcl-eval`, as tools tasks
-    synthetic-code, synthetic-math, synthetic-tools
-                64 seeded synthetic tasks each (seed 0; `honing.tasks.synthetic`)
+    synthetic-code, synthetic-math, synthetic-tools, synthetic-sql
+                64 seeded synthetic tasks each (seed 0; `honing.tasks.synthetic`,
+                `honing.tasks.synthetic_sql`)
     examples-code, examples-math, examples-tools
                 hand-written examples bundled with honing (`honing/tasks/data/*_examples.jsonl`)
 
@@ -29,6 +30,7 @@ from honing.tasks.synthetic import (
     generate_math_tasks,
     generate_tools_tasks,
 )
+from honing.tasks.synthetic_sql import generate_sql_tasks
 from honing.tasks.toolcalls import reference_calls
 
 
@@ -175,5 +177,9 @@ BUILTIN: dict[str, Callable[[], TaskSet]] = {
     ),
     "examples-code": lambda: examples("code"),
     "examples-math": lambda: examples("math"),
+    "synthetic-sql": lambda: as_taskset(
+        "synthetic-sql", generate_sql_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
+    ),
     "examples-tools": lambda: examples("tools"),
+    "examples-sql": lambda: examples("sql"),
 }

@@ -17,7 +17,7 @@ async def test_every_documented_example_is_a_valid_verified_task(pool: SandboxPo
     rows = [("docs/tasks.md", i, json.loads(block)) for i, block in enumerate(blocks, start=1)]
     taskset = tasks_from_rows("docs", iter(rows))
     assert taskset.quarantined == []
-    assert sorted(t.domain for t in taskset.tasks) == ["code", "math", "tools"]
+    assert sorted(t.domain for t in taskset.tasks) == ["code", "math", "sql", "tools"]
     filtered, found = await apply_quality_filter(taskset, pool)
     assert [q.reason for q in filtered.quarantined] == []
-    assert len(found.passed) == 3 and not found.unverified
+    assert len(found.passed) == 4 and not found.unverified
