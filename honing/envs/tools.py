@@ -41,7 +41,7 @@ from honing.errors import HoningError
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import ToolsTask
-from honing.tasks.toolcalls import answers_match, match_calls
+from honing.tasks.toolcalls import TOOL_FUNCTIONS, answers_match, match_calls
 
 # Linear units by dimension, as multiples of the first unit of each table.
 UNITS: dict[str, dict[str, float]] = {
@@ -54,22 +54,7 @@ UNITS: dict[str, dict[str, float]] = {
 TEMPERATURES = ("C", "F", "K")
 ANSWER_TOOL = tool_schema("answer", "Submit the final answer; ends the episode.",
                           {"value": {"type": "string"}}, ["value"])  # fmt: skip
-BUILTIN_SCHEMAS = {
-    "calculator": tool_schema("calculator", "Evaluate arithmetic exactly, e.g. 12*(3+4).",
-                              {"expression": {"type": "string"}}, ["expression"]),
-    "convert_units": tool_schema(
-        "convert_units", "Convert a quantity between units (m, km, mi, ft, kg, lb, h, l, C, F…).",
-        {"value": {"type": "number"}, "from_unit": {"type": "string"},
-         "to_unit": {"type": "string"}}, ["value", "from_unit", "to_unit"]),
-    "lookup": tool_schema("lookup", "Look up a fact by key.", {"key": {"type": "string"}},
-                          ["key"]),
-    "calendar": tool_schema(
-        "calendar", "Dates (YYYY-MM-DD): weekday of `date`; `date` plus `days`; days between "
-        "`date` and `other`.",
-        {"operation": {"type": "string", "enum": ["weekday", "add_days", "days_between"]},
-         "date": {"type": "string"}, "days": {"type": "integer"}, "other": {"type": "string"}},
-        ["operation", "date"]),
-}  # fmt: skip
+BUILTIN_SCHEMAS = {name: {"type": "function", "function": f} for name, f in TOOL_FUNCTIONS.items()}
 
 
 class ToolError(Exception):

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from honing.tasks.load import AnyTask, TaskSet, tasks_from_rows
 from honing.tasks.schema import CodeTask, MathTask, ToolsTask
+from honing.tasks.toolcalls import TOOL_FUNCTIONS
 
 T = TypeVar("T", CodeTask, MathTask, ToolsTask)
 
@@ -600,32 +601,6 @@ def generate_math_tasks(n: int, seed: int) -> list[MathTask]:
 
 
 # -- tools -----------------------------------------------------------------------------------
-def _function(
-    name: str, description: str, properties: dict[str, Any], required: list[str]
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": description,
-        "parameters": {"type": "object", "properties": properties, "required": required},
-    }
-
-
-# The executable tools' descriptions, as the tools environment offers them.
-TOOL_FUNCTIONS: dict[str, dict[str, Any]] = {
-    "calculator": _function("calculator", "Evaluate arithmetic exactly, e.g. 12*(3+4).",
-                            {"expression": {"type": "string"}}, ["expression"]),
-    "convert_units": _function(
-        "convert_units", "Convert a quantity between units (m, km, mi, ft, kg, lb, h, l, C, F…).",
-        {"value": {"type": "number"}, "from_unit": {"type": "string"},
-         "to_unit": {"type": "string"}}, ["value", "from_unit", "to_unit"]),
-    "lookup": _function("lookup", "Look up a fact by key.", {"key": {"type": "string"}}, ["key"]),
-    "calendar": _function(
-        "calendar", "Dates (YYYY-MM-DD): weekday of `date`; `date` plus `days`; days between "
-        "`date` and `other`.",
-        {"operation": {"type": "string", "enum": ["weekday", "add_days", "days_between"]},
-         "date": {"type": "string"}, "days": {"type": "integer"}, "other": {"type": "string"}},
-        ["operation", "date"]),
-}  # fmt: skip
 
 # Exact factors (as decimal strings) to the first unit of each dimension.
 UNIT_FACTORS: dict[str, dict[str, str]] = {

@@ -13,7 +13,7 @@ import pytest
 
 from honing.envs.base import Action
 from honing.envs.registry import make_env
-from honing.envs.tools import BUILTIN_SCHEMAS, UNITS, calendar, convert_units
+from honing.envs.tools import UNITS, calendar, convert_units
 from honing.eval.policies import NoopPolicy
 from honing.sandbox import SandboxPool
 from honing.tasks import CodeTask, MathTask, ToolsTask, apply_quality_filter, load_tasks
@@ -21,7 +21,6 @@ from honing.tasks.load import AnyTask
 from honing.tasks.synthetic import (
     CODE_FAMILIES,
     MATH_FAMILIES,
-    TOOL_FUNCTIONS,
     TOOLS_FAMILIES,
     UNIT_FACTORS,
     WEEKDAYS,
@@ -109,10 +108,7 @@ def test_generated_tasks_have_their_domain_shape() -> None:
     assert forbidding > 0
 
 
-def test_tool_descriptions_are_the_environments() -> None:
-    assert set(TOOL_FUNCTIONS) == set(BUILTIN_SCHEMAS)
-    for name, function in TOOL_FUNCTIONS.items():
-        assert function == BUILTIN_SCHEMAS[name]["function"]
+def test_units_are_the_environments() -> None:
     assert {d: set(t) for d, t in UNIT_FACTORS.items()} == {d: set(t) for d, t in UNITS.items()}
 
 
