@@ -20,6 +20,9 @@ COMMANDS = [
     ["sandbox", "runtime"],
     ["sandbox", "runtime", "build"],
     ["sandbox", "runtime", "list"],
+    ["tasks"],
+    ["tasks", "check"],
+    ["eval"],
 ]
 
 
