@@ -27,7 +27,7 @@ system-deps:
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,ray]'
 	@# Only bfcl-eval's data files are read; its pinned, heavy dependencies are not wanted.
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(BFCL)
 	@touch $(STAMP)

@@ -2,14 +2,19 @@
 
     HoningError                      base of every error honing raises on purpose
     ├── ConfigError                  a config value is wrong; the message names the key and the fix
-    └── SandboxError                 the sandbox itself failed (never the program it ran)
-        ├── SandboxUnavailable       isolation cannot be set up here (bubblewrap missing, …)
-        ├── CellCrashed              a cell died or stopped answering; the pool replaces it
-        ├── WorkspaceBusy            a workspace was touched while a run was using it
-        └── RuntimeBuildError        `honing sandbox runtime build` could not build a runtime
+    ├── SandboxError                 the sandbox itself failed (never the program it ran)
+    │   ├── SandboxUnavailable       isolation cannot be set up here (bubblewrap missing, …)
+    │   ├── CellCrashed              a cell died or stopped answering; the pool replaces it
+    │   ├── WorkspaceBusy            a workspace was touched while a run was using it
+    │   └── RuntimeBuildError        `honing sandbox runtime build` could not build a runtime
+    ├── EngineError                  an inference engine failed (server down, bad reply, timeout)
+    ├── WorkerLost                   a remote worker (a Ray actor) died mid-call; retry elsewhere
+    └── DeadlineExceeded             a rollout deadline (setup, step, scoring, episode) passed
 
-A program that fails inside the sandbox is not an exception: it is an `ExecResult` whose status
-says what happened. Exceptions are for failures of honing's own machinery.
+`SandboxError`, `EngineError` and `WorkerLost` are *infrastructure* failures: the scheduler may
+retry them, and they are never turned into a reward. A program that fails inside the sandbox is
+not an exception: it is an `ExecResult` whose status says what happened. Exceptions are for
+failures of honing's own machinery.
 """
 
 
@@ -39,3 +44,21 @@ class WorkspaceBusy(SandboxError):
 
 class RuntimeBuildError(SandboxError):
     """A named runtime could not be built."""
+
+
+class EngineError(HoningError):
+    """An inference engine failed: a server refused or timed out, or answered something unusable."""
+
+
+class WorkerLost(HoningError):
+    """A remote worker died while it held a call; the call may be retried on another worker."""
+
+
+class DeadlineExceeded(HoningError):
+    """A rollout deadline passed; `stage` names which one (setup, generate, step, scoring,
+    episode)."""
+
+    def __init__(self, stage: str, seconds: float) -> None:
+        super().__init__(f"{stage} deadline of {seconds:g}s exceeded")
+        self.stage = stage
+        self.seconds = seconds

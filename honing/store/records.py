@@ -1,0 +1,120 @@
+"""The trajectory records: what one episode produced, token for token, and a group of them.
+
+    Trajectory   one episode: the exact token ids (prompt, model turns, observations), a loss mask
+                 over the model's tokens, the engine's logprobs and policy version per token, the
+                 turns with their actions, rewards, failures and timings, and how the episode ended
+    Turn         one assistant message or one observation, with its span in the token ids
+    Retry        one retried attempt of an episode and its cause
+    Group        the n trajectories of one task (what GRPO-style advantages are computed over)
+
+Token-faithful: `token_ids[turn.start:turn.end]` is exactly what the engine produced for an
+assistant turn and exactly what was appended for an observation turn; nothing is re-tokenized.
+For a chat engine that returns no token ids, the spans are empty and only the text is kept.
+
+Not covered here: writing them (`honing.store.writer`) and producing them (`honing.rollout`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Ending(enum.StrEnum):
+    """How an episode ended."""
+
+    DONE = "done"  # the environment ended it (solved, or submitted and judged)
+    STEP_LIMIT = "step_limit"  # max steps reached
+    CONTEXT_LIMIT = "context_limit"  # the model's context or the token budget ran out
+    STOPPED = "stopped"  # the policy stopped acting (no action)
+    TIMEOUT = "timeout"  # a deadline (step or episode) passed; `Trajectory.failure` says which
+    INFRA_ERROR = "infra_error"  # retries exhausted on infrastructure failures
+    STALE = "stale"  # dropped: too many policy versions behind
+
+
+@dataclass(slots=True)
+class Turn:
+    """An assistant message (`role="assistant"`) or the observation after it (`role="tool"`;
+    `role="user"` for the first prompt). Step fields are set on observation turns."""
+
+    role: str
+    text: str
+    start: int = 0  # span in Trajectory.token_ids, end exclusive
+    end: int = 0
+    version: int = -1  # assistant: the oldest policy version among its tokens
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # assistant, OpenAI shape
+    finish_reason: str = ""  # assistant: stop | length | abort
+    generation_s: float = 0.0
+    reward: float = 0.0  # observation: the step's weighted reward
+    components: dict[str, float] = field(default_factory=dict)
+    failure: str | None = None  # observation: the step's FailureReason value
+    detail: str = ""
+    step_s: float = 0.0
+    tool_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Retry:
+    """One attempt that failed for an infrastructure reason and was started again."""
+
+    attempt: int
+    stage: str  # setup | generate | step | scoring | episode
+    cause: str  # the exception type and message
+    at_s: float  # seconds since the episode was first started
+
+
+@dataclass(slots=True)
+class Trajectory:
+    task_id: str
+    domain: str
+    sample: int = 0  # index within its group
+    group_id: str = ""
+    id: str = ""
+    tags: list[str] = field(default_factory=list)
+    dataset: str = ""
+    dataset_version: str = ""
+    turns: list[Turn] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)  # 1 on tokens the model generated
+    logprobs: list[float] = field(default_factory=list)  # the engine's; 0.0 where mask is 0
+    versions: list[int] = field(default_factory=list)  # policy version per token; -1 where mask 0
+    prompt_len: int = 0  # tokens of the first prompt
+    reward: float = 0.0  # sum of the steps' weighted rewards
+    components: dict[str, float] = field(default_factory=dict)  # last value of each component
+    success: bool = False  # the outcome component reached 1
+    ending: Ending = Ending.DONE
+    failure: str | None = None  # FailureReason value (or deadline stage) that ended it, if any
+    detail: str = ""
+    retries: list[Retry] = field(default_factory=list)
+    generation_s: float = 0.0
+    env_s: float = 0.0
+    queue_s: float = 0.0  # waiting for engine and sandbox slots
+    total_s: float = 0.0
+    started_at: float = 0.0  # unix time
+    policy_version: int = -1  # oldest version among its model tokens (-1: none generated)
+
+    @property
+    def steps(self) -> int:
+        return sum(1 for t in self.turns if t.role == "tool")
+
+    @property
+    def model_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def infrastructure_failed(self) -> bool:
+        return self.ending is Ending.INFRA_ERROR
+
+
+@dataclass(slots=True)
+class Group:
+    """The n trajectories sampled for one task."""
+
+    task_id: str
+    group_id: str
+    trajectories: list[Trajectory]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajectories]
