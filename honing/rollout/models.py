@@ -87,7 +87,7 @@ def _convert_gguf(source: Path, gguf_file: str, target: Path) -> None:
     config = AutoConfig.from_pretrained(source, gguf_file=gguf_file)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
     missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
     # Tied embeddings are the only keys allowed to be absent.
     if unexpected or [k for k in missing if "lm_head" not in k]:
@@ -123,5 +123,5 @@ def load_model(path: str | Path, dtype: str = "bfloat16") -> Any:
     if not isinstance(torch_dtype, torch.dtype):
         raise ConfigError(f"dtype {dtype!r}: allowed: bfloat16, float16, float32")
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
-    model.eval()
+    model.eval()  # type: ignore[no-untyped-call]
     return model
