@@ -9,7 +9,8 @@
     │   └── RuntimeBuildError        `honing sandbox runtime build` could not build a runtime
     ├── EngineError                  an inference engine failed (server down, bad reply, timeout)
     ├── WorkerLost                   a remote worker (a Ray actor) died mid-call; retry elsewhere
-    └── DeadlineExceeded             a rollout deadline (setup, step, scoring, episode) passed
+    ├── DeadlineExceeded             a rollout deadline (setup, step, scoring, episode) passed
+    └── StoreError                   a trajectory store is missing, corrupted, or was asked bad SQL
 
 `SandboxError`, `EngineError` and `WorkerLost` are *infrastructure* failures: the scheduler may
 retry them, and they are never turned into a reward. A program that fails inside the sandbox is
@@ -62,3 +63,8 @@ class DeadlineExceeded(HoningError):
         super().__init__(f"{stage} deadline of {seconds:g}s exceeded")
         self.stage = stage
         self.seconds = seconds
+
+
+class StoreError(HoningError):
+    """A trajectory store is missing or corrupted (the message names the file), or a query
+    against it failed (the message lists the views and their columns)."""
