@@ -245,6 +245,22 @@ class Environment(abc.ABC):
         return Observation(text=self.state.render(), tools=self.tools)
 
     async def step(self, action: Action) -> StepResult:
+        return await self._advance(lambda: self._step(action))
+
+    async def reject(self, detail: str) -> StepResult:
+        """A model output that is no action at all (an unparsable tool call…): it counts as a
+        step, with step()'s limits and bookkeeping, failure MALFORMED_ACTION and a format penalty
+        (`well_formed` 0); `detail` says what is wrong and is shown in the task state."""
+
+        async def rejected() -> StepOutput:
+            assert self.state is not None
+            self.state.actions.append(f"malformed output: {detail[:80]}")
+            return malformed(detail)
+
+        return await self._advance(rejected)
+
+    async def _advance(self, run: Callable[[], Awaitable[StepOutput]]) -> StepResult:
+        """One step: run the domain's part within the limits, then count and record it."""
         if self.task is None or self.state is None:
             raise HoningError("call reset(task) before step()")
         if self.done:
@@ -255,7 +271,7 @@ class Environment(abc.ABC):
         timeout = min(self.config.step_timeout_s, max(left, 0.0))
         try:
             async with asyncio.timeout(timeout):
-                components, results, info = await self._step(action)
+                components, results, info = await run()
         except TimeoutError:
             episode = left <= self.config.step_timeout_s
             reason = FailureReason.EPISODE_TIMEOUT if episode else FailureReason.STEP_TIMEOUT

@@ -1,0 +1,43 @@
+"""Environment.reject: a malformed model output counts as a step, with a format penalty."""
+
+from __future__ import annotations
+
+import pytest
+
+from honing.envs import Action, EnvConfig, FailureReason, ToolCall
+from honing.envs.math import MathEnv
+from honing.errors import HoningError
+from honing.sandbox import SandboxPool
+from honing.tasks import MathTask
+
+PRODUCT = MathTask(id="mul", prompt="What is 17*23?", answer="391")
+DETAIL = "tool call 1: arguments are not JSON: Expecting ',' delimiter"
+
+
+async def test_reject_is_a_step_with_a_format_penalty(pool: SandboxPool) -> None:
+    env = MathEnv(pool, EnvConfig(max_steps=3, reward_weights={"well_formed": 1.0}))
+    await env.reset(PRODUCT)
+    result = await env.reject(DETAIL)
+    assert result.info.failure is FailureReason.MALFORMED_ACTION
+    assert result.components == {"well_formed": 0.0} and result.reward == 0.0
+    assert result.info.step == 1 and env.steps == 1 and not result.done
+    # The model is told what was wrong, in the task state it sees next.
+    assert DETAIL in result.observation.text and "malformed output" in result.observation.text
+    # The episode goes on: a good answer afterwards still solves it.
+    answer = Action(tool_calls=[ToolCall(id="a", name="answer", arguments={"value": "391"})])
+    solved = await env.step(answer)
+    assert solved.done and solved.components["outcome"] == 1.0 and solved.info.step == 2
+    assert "Latest errors" not in solved.observation.text
+
+
+async def test_reject_counts_against_the_step_limit(pool: SandboxPool) -> None:
+    env = MathEnv(pool, EnvConfig(max_steps=2))
+    with pytest.raises(HoningError, match="reset"):
+        await env.reject(DETAIL)
+    await env.reset(PRODUCT)
+    assert not (await env.reject(DETAIL)).done
+    last = await env.reject(DETAIL)
+    # The limit ends the episode; the step keeps its own failure (the malformed output).
+    assert last.done and env.done and last.info.failure is FailureReason.MALFORMED_ACTION
+    with pytest.raises(HoningError, match="over"):
+        await env.reject(DETAIL)
