@@ -1,0 +1,64 @@
+"""The trajectory store: every trajectory of a run as Parquet shards, queryable with DuckDB.
+
+    async with TrajectoryWriter(run_dir) as writer:     # RUN/trajectories/part-NNNNN.parquet
+        await writer.add_group(group)                   # + RUN/store.json (the manifest)
+    read_trajectories(run_dir)                          # -> list[Trajectory], equal to those added
+    query(run_dir, "SELECT domain, avg(reward) FROM trajectories GROUP BY 1")
+    summarize(run_dir)                                  # -> RolloutSummary
+
+    records   Trajectory, Turn, Retry, Group, Ending (the records themselves)
+    schema    the explicit Arrow schema of a shard and the conversion to and from records
+    files     the on-disk layout, the manifest, finding complete shards
+    writer    TrajectoryWriter: buffered, atomic shards, resumable
+    query     reading back: records, SQL views `trajectories` and `turns`, terminal formatting
+    summary   the closing summary of a rollout
+
+Not covered yet: re-scoring stored trajectories without regenerating them (a later issue).
+"""
+
+from honing.store.files import Manifest, Shard, complete_shards
+from honing.store.query import (
+    Column,
+    QueryResult,
+    View,
+    describe,
+    format_cell,
+    format_text,
+    iter_trajectories,
+    query,
+    read_trajectories,
+    rich_table,
+)
+from honing.store.records import Ending, Group, Retry, Trajectory, Turn
+from honing.store.schema import SCHEMA_VERSION, TRAJECTORY
+from honing.store.summary import Outcome, RolloutSummary, format_summary, summarize
+from honing.store.writer import TrajectoryWriter, WriterState
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TRAJECTORY",
+    "Column",
+    "Ending",
+    "Group",
+    "Manifest",
+    "Outcome",
+    "QueryResult",
+    "Retry",
+    "RolloutSummary",
+    "Shard",
+    "Trajectory",
+    "TrajectoryWriter",
+    "Turn",
+    "View",
+    "WriterState",
+    "complete_shards",
+    "describe",
+    "format_cell",
+    "format_summary",
+    "format_text",
+    "iter_trajectories",
+    "query",
+    "read_trajectories",
+    "rich_table",
+    "summarize",
+]

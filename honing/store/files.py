@@ -1,0 +1,177 @@
+"""The layout of a run's trajectory store on disk, its manifest, and finding its complete shards.
+
+    RUN/store.json                        the manifest: schema version, shards with row counts
+    RUN/trajectories/part-00000.parquet   the shards, numbered in the order they were written
+    RUN/trajectories/.part-00001.parquet.<pid>.tmp   a shard being written (never read)
+
+The shards are the truth; the manifest is a summary of them, rewritten (atomically) after each
+shard. A shard appears under its final name only once complete (written to a temporary file,
+synced, then renamed), so a killed writer leaves complete shards, perhaps a stray temporary file
+(ignored by readers, removed by the next writer) and perhaps a manifest that lags by a shard
+(readers go by the shards; the next writer rebuilds it). A shard the manifest lists that is gone,
+or one whose footer cannot be read, is an error naming the file.
+
+Not covered here: the rows themselves (`honing.store.schema`) and writing them
+(`honing.store.writer`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from honing.errors import StoreError
+from honing.store.schema import SCHEMA_VERSION
+
+MANIFEST = "store.json"
+SHARDS = "trajectories"
+_SHARD_NAME = re.compile(r"part-(\d{5,})\.parquet")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ShardEntry(_Record):
+    file: str  # relative to the run directory
+    rows: int
+    bytes: int
+
+
+class Manifest(_Record):
+    """`RUN/store.json`."""
+
+    schema_version: int
+    created_at: float  # unix time
+    updated_at: float
+    rows: int
+    shards: list[ShardEntry]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A complete shard on disk."""
+
+    index: int
+    path: Path
+    rows: int
+    bytes: int
+
+
+def shard_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
+
+
+def expected_layout(run_dir: Path) -> str:
+    return (
+        f"expected {run_dir / SHARDS / 'part-00000.parquet'} (and more numbered shards) and "
+        f"{run_dir / MANIFEST}, as written by `honing rollout --out {run_dir}` or TrajectoryWriter"
+    )
+
+
+def scan_shards(run_dir: Path) -> list[Shard]:
+    """The complete shards under `run_dir`, in order; [] when there are none yet. Each shard's
+    footer is read (row count); a shard whose footer cannot be read raises `StoreError`."""
+    directory = run_dir / SHARDS
+    if not directory.is_dir():
+        return []
+    found = []
+    for entry in os.scandir(directory):
+        match = _SHARD_NAME.fullmatch(entry.name)
+        if match is None or not entry.is_file():
+            continue
+        path = Path(entry.path)
+        try:
+            rows = pq.read_metadata(path).num_rows
+        except (OSError, ValueError) as exc:
+            raise StoreError(
+                f"{path}: corrupted trajectory shard ({exc}); move it out of {directory} to read "
+                "the rest of the store"
+            ) from exc
+        found.append(Shard(int(match.group(1)), path, rows, entry.stat().st_size))
+    return sorted(found, key=lambda s: s.index)
+
+
+def read_manifest(run_dir: Path) -> Manifest | None:
+    """`RUN/store.json`, or None when there is none. Unreadable, or written by a newer honing:
+    `StoreError` naming the file."""
+    path = run_dir / MANIFEST
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the store manifest ({exc})") from exc
+    try:
+        manifest = Manifest.model_validate_json(text)
+    except ValidationError as exc:
+        raise StoreError(
+            f"{path}: not a valid store manifest ({exc.error_count()} errors: "
+            f"{exc.errors()[0]['msg']}); delete it and the next writer rebuilds it from the shards"
+        ) from exc
+    if manifest.schema_version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path}: written with store schema version {manifest.schema_version}, but this "
+            f"honing reads up to version {SCHEMA_VERSION}; upgrade honing to read it"
+        )
+    return manifest
+
+
+def complete_shards(run_dir: Path | str) -> list[Shard]:
+    """The shards a reader should read: all complete ones, checked against the manifest.
+    `StoreError` when the directory is missing, holds no shards, or lost a listed shard."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise StoreError(f"{run_dir}: no such run directory; {expected_layout(run_dir)}")
+    manifest = read_manifest(run_dir)
+    shards = scan_shards(run_dir)
+    on_disk = {s.path.name for s in shards}
+    for entry in manifest.shards if manifest else []:
+        if Path(entry.file).name not in on_disk:
+            raise StoreError(
+                f"{run_dir / entry.file}: listed in {run_dir / MANIFEST} with {entry.rows} rows "
+                "but missing; restore it, or delete the manifest to read what is left"
+            )
+    if not shards:
+        raise StoreError(f"{run_dir}: no trajectory shards; {expected_layout(run_dir)}")
+    return shards
+
+
+def manifest_of(shards: list[Shard], run_dir: Path, created_at: float | None) -> Manifest:
+    now = time.time()
+    return Manifest(
+        schema_version=SCHEMA_VERSION,
+        created_at=now if created_at is None else created_at,
+        updated_at=now,
+        rows=sum(s.rows for s in shards),
+        shards=[
+            ShardEntry(file=str(s.path.relative_to(run_dir)), rows=s.rows, bytes=s.bytes)
+            for s in shards
+        ],
+    )
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a synced temporary file and a rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    sync_dir(path.parent)
+
+
+def sync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
