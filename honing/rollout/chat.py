@@ -1,0 +1,379 @@
+"""The conversation of an episode in the model's chat format: prompt, tool calls, observations.
+
+    fmt = ChatFormat.of(tokenizer)               # detects what the chat template supports (cached)
+    transcript = fmt.start(observation)          # system prompt (tools) + the task as user message
+    transcript.prompt_ids                        # the first prompt, rendered and tokenized once
+    content = transcript.add_assistant(engine_token_ids)   # kept as the engine produced them
+    action = parse_action(content)               # or MalformedAction saying what is wrong
+    delta = transcript.add_observation(result.observation) # only the new tokens to append
+
+**Token-faithful.** The tokens of an episode are the first prompt, then for each turn exactly the
+tokens the engine produced and the tokens of the *delta*: the end-of-turn marker when the model's
+output did not end with it (cut off by a length limit), the observation message(s) and the next
+generation prompt. The delta is found by rendering the whole conversation as text with the chat
+template and taking what follows the text already covered by tokens; only the delta is tokenized,
+earlier turns never are. Rendering the model's own text back as the assistant message (not its
+parsed tool calls) is what keeps the render a prefix of the next one.
+
+When the template is not prefix-preserving (it re-renders earlier turns: strips reasoning, drops
+or reformats tool calls), the delta falls back to the template's end-of-turn marker and the new
+messages rendered after a fixed short exchange (system, user, assistant — or system, user when
+the template mangles assistant turns that are not last), without the exchange; a warning says so
+once per template. The trajectory is
+then still exactly what the model saw, but differs from what the template would render for the
+whole conversation; `honing check-template MODEL` explains how to fix the template.
+
+**Tools.** A template that renders `tools=` itself (the rendering changes when tools are given)
+gets them natively and describes its own call format; otherwise the system prompt lists the tool
+schemas and the call format `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes /
+Qwen style, one or more per message). Tool results are `tool` messages when the template knows
+that role, else one `user` message with a `Tool result (name):` prefix per result; the
+environment's task-state text (`Observation.text`) follows as a `user` message.
+
+**Parsing.** `parse_action` takes `<tool_call>` blocks, else a bare JSON object (or list of them)
+with `name` and `arguments` (`parameters` is accepted too, as Llama templates ask for it); the
+remaining text is the action's content, where the environments find what they understand without
+a call (a ```python block, a `\\boxed{}` answer). A call that is not valid JSON, has no name, or
+whose arguments are not an object raises `MalformedAction` with the call's number and the fault.
+
+Not covered here: generating, stepping the environment, deadlines (`honing.rollout.agent`), and
+checking a template ahead of time (`honing.rollout.template_check`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from honing.envs.base import Action, MalformedAction, Observation, ToolCall
+from honing.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful assistant that solves tasks by calling tools. Think briefly, then act; "
+    "read each tool result before the next step."
+)
+CALL_FORMAT = (
+    "To call a tool, write its name and arguments as JSON inside <tool_call></tool_call> tags; "
+    "a message may contain several calls:\n"
+    '<tool_call>{"name": "<tool name>", "arguments": {"<argument>": <value>}}</tool_call>\n'
+    "The results come back in the next message."
+)
+TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+FENCED_JSON = re.compile(r"^```(?:json)?\s*\n(.*?)\n?```$", re.S)
+TOOL_ROLE_IN_TEMPLATE = re.compile(r"""['"]tool['"]""")
+PROBE = "honing-probe-7f3a"  # text that appears in no template
+Message = dict[str, Any]
+
+
+def describe_tools(tools: Sequence[dict[str, Any]]) -> str:
+    """The tool schemas and the call format, for a system prompt (templates without tools)."""
+    schemas = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
+    return f"You can call these tools:\n<tools>\n{schemas}\n</tools>\n\n{CALL_FORMAT}"
+
+
+def system_message(tools: Sequence[dict[str, Any]], system_prompt: str | None,
+                   describe: bool) -> str:  # fmt: skip
+    base = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    if describe and tools:
+        return f"{base}\n\n{describe_tools(tools)}" if base else describe_tools(tools)
+    return base
+
+
+def first_messages(observation: Observation, system_prompt: str | None, *,
+                   describe_tools: bool, system_role: bool = True) -> list[Message]:  # fmt: skip
+    """The system message (tools described unless the template renders them) and the task."""
+    system = system_message(observation.tools, system_prompt, describe_tools)
+    if not system_role:  # a template that refuses a system role gets it in the first message
+        return [{"role": "user", "content": f"{system}\n\n{observation.text}"}]
+    return [{"role": "system", "content": system}, {"role": "user", "content": observation.text}]
+
+
+def observation_messages(observation: Observation, *, tool_role: bool) -> list[Message]:
+    """The messages that show a step's results: tool messages (or a prefixed user message when
+    the template has no tool role), then the task state as a user message."""
+    results = observation.tool_results
+    if tool_role and results:
+        messages: list[Message] = [
+            {"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.content}
+            for r in results
+        ]
+        return [*messages, {"role": "user", "content": observation.text}]
+    shown = [f"Tool result ({r.name}):\n{r.content}" for r in results]
+    return [{"role": "user", "content": "\n\n".join([*shown, observation.text])}]
+
+
+def openai_tool_calls(action: Action) -> list[dict[str, Any]]:
+    """An action's calls in OpenAI's chat shape (arguments as a JSON string)."""
+    return [
+        {"id": c.id, "type": "function",
+         "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+        for c in action.tool_calls
+    ]  # fmt: skip
+
+
+def parse_action(text: str, *, call_prefix: str = "call") -> Action:
+    """The action a model's message makes; MalformedAction says which call is wrong and how."""
+    blocks = TOOL_CALL.findall(text)
+    if text.count("<tool_call>") > len(blocks):
+        raise MalformedAction(
+            f"tool call {len(blocks) + 1}: <tool_call> is not closed with </tool_call> "
+            "(was the message cut off?)"
+        )
+    if blocks:
+        calls = [_tool_call(i, raw, call_prefix) for i, raw in enumerate(blocks)]
+        return Action(content=TOOL_CALL.sub("", text).strip(), tool_calls=calls)
+    bare = _bare_calls(text)
+    if bare is None:
+        return Action(content=text)
+    return Action(tool_calls=[_tool_call(i, raw, call_prefix) for i, raw in enumerate(bare)])
+
+
+def _bare_calls(text: str) -> list[Any] | None:
+    """A whole message that is a JSON call object (or a list of them), possibly fenced."""
+    body = text.strip()
+    fenced = FENCED_JSON.match(body)
+    if fenced:
+        body = fenced.group(1).strip()
+    if not (body.startswith(("{", "[")) and '"name"' in body):
+        return None
+    try:
+        value = json.loads(body)
+    except json.JSONDecodeError:
+        if '"arguments"' in body or '"parameters"' in body:
+            return [body]  # meant as a call: _tool_call reports the JSON error
+        return None
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(v, dict) and "name" in v for v in items):
+        return None
+    return items
+
+
+def _tool_call(index: int, raw: Any, prefix: str) -> ToolCall:
+    where = f"tool call {index + 1}"
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise MalformedAction(
+                f"{where}: not valid JSON ({exc.msg} at character {exc.pos}): {raw.strip()[:120]!r}"
+            ) from exc
+    if not isinstance(raw, dict):
+        raise MalformedAction(
+            f'{where}: must be a JSON object with "name" and "arguments", '
+            f"not a {type(raw).__name__}"
+        )
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise MalformedAction(f'{where}: needs "name", the tool\'s name as a string')
+    arguments = raw.get("arguments", raw.get("parameters", {}))
+    if isinstance(arguments, str):  # some models encode the arguments twice, as OpenAI does
+        try:
+            arguments = json.loads(arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise MalformedAction(f"{where} ({name}): arguments are not JSON: {exc.msg}") from exc
+    if not isinstance(arguments, dict):
+        raise MalformedAction(
+            f'{where} ({name}): "arguments" must be a JSON object, not {json.dumps(arguments)[:60]}'
+        )
+    return ToolCall(id=f"{prefix}_{index}", name=name.strip(), arguments=arguments)
+
+
+@dataclass(frozen=True)
+class TemplateTraits:
+    """What a chat template supports, found by rendering probe conversations."""
+
+    native_tools: bool  # renders `tools=` itself
+    tool_role: bool  # knows the `tool` role
+    system_role: bool  # accepts a system message
+    end_of_turn: str  # what follows an assistant message's content, e.g. "<|im_end|>\n"
+    stop_ids: frozenset[int]  # tokens that end the model's turn (eos, end-of-turn marker)
+
+
+class ChatFormat:
+    """A tokenizer's chat template, driven incrementally; one per tokenizer (`ChatFormat.of`)."""
+
+    _cache: ClassVar[weakref.WeakKeyDictionary[Any, ChatFormat]] = weakref.WeakKeyDictionary()
+
+    def __init__(self, tokenizer: Any, *, chat_template: str | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        source = chat_template or getattr(tokenizer, "chat_template", None)
+        if not source:
+            raise ConfigError(
+                "the tokenizer has no chat template: give the model one (a tokenizer_config.json "
+                "with chat_template, or --chat-template FILE)"
+            )
+        self.template_source = source if isinstance(source, str) else json.dumps(source)
+        self.traits = self._detect()
+        self._warned = False
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> ChatFormat:
+        """The format of `tokenizer`'s own template, detected once and cached."""
+        try:
+            found = cls._cache.get(tokenizer)
+        except TypeError:  # not weak-referenceable: detect every time
+            return cls(tokenizer)
+        if found is None:
+            found = cls._cache[tokenizer] = cls(tokenizer)
+        return found
+
+    def render(self, messages: Sequence[Message], *, generation_prompt: bool,
+               tools: Sequence[dict[str, Any]] | None = None) -> str:  # fmt: skip
+        text = self.tokenizer.apply_chat_template(
+            list(messages),
+            tools=list(tools) if tools and self.traits.native_tools else None,
+            chat_template=self.chat_template,
+            add_generation_prompt=generation_prompt,
+            tokenize=False,
+        )
+        return str(text)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of rendered text (which carries its own special tokens)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False,
+                                         clean_up_tokenization_spaces=False))  # fmt: skip
+
+    def start(self, observation: Observation, system_prompt: str | None = None) -> Transcript:
+        """The conversation of a new episode, its first prompt rendered and tokenized."""
+        return Transcript(self, observation, system_prompt)
+
+    def render_new(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
+        """The fallback delta: `messages` and the generation prompt, as the template renders
+        them after a fixed short exchange (system, user, assistant; or, for templates that
+        re-render assistant turns, system and user), without the exchange."""
+        for base in self._bases():
+            try:
+                before = self.render(base, generation_prompt=False, tools=tools)
+                after = self.render([*base, *messages], generation_prompt=True, tools=tools)
+            except Exception:  # e.g. "roles must alternate" for the base without an assistant
+                continue
+            if after.startswith(before):
+                return after[len(before) :]
+        raise ConfigError(
+            "the chat template renders earlier messages differently once more follow, even for a "
+            "plain short exchange, so honing cannot append observations to an episode "
+            "token-faithfully; run `honing check-template MODEL` and pass a corrected template "
+            "with --chat-template FILE"
+        )
+
+    def warn_fallback(self) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "the chat template is not prefix-preserving across turns; observations are "
+                "rendered incrementally (trajectories stay token-faithful but differ from a "
+                "full re-render). `honing check-template MODEL` explains the fix."
+            )
+
+    def _bases(self) -> list[list[Message]]:
+        head: list[Message] = [{"role": "user", "content": "Hi."}]
+        if self.traits.system_role:
+            head.insert(0, {"role": "system", "content": "Be brief."})
+        return [[*head, {"role": "assistant", "content": "Hello."}], head]
+
+    def _detect(self) -> TemplateTraits:
+        def render(messages: list[Message], generation_prompt: bool, **kw: Any) -> str:
+            return str(self.tokenizer.apply_chat_template(
+                messages, chat_template=self.chat_template, tokenize=False,
+                add_generation_prompt=generation_prompt, **kw))  # fmt: skip
+
+        user: Message = {"role": "user", "content": "Hi."}
+        try:
+            render([{"role": "system", "content": "S."}, user], True)
+            system_role = True
+        except Exception:  # jinja raise_exception: "system role not supported"
+            system_role = False
+        head = [{"role": "system", "content": "S."}, user] if system_role else [user]
+        probe_tool = {"type": "function", "function": {"name": PROBE, "description": "probe",
+                      "parameters": {"type": "object", "properties": {}}}}  # fmt: skip
+        try:
+            native_tools = PROBE in render(head, True, tools=[probe_tool])
+        except Exception:
+            native_tools = False
+        tool_role = False
+        if TOOL_ROLE_IN_TEMPLATE.search(self.template_source):
+            tool_message = {"role": "tool", "tool_call_id": "call_0", "name": "f", "content": PROBE}
+            try:
+                turn = [*head, {"role": "assistant", "content": "x"}, tool_message]
+                tool_role = PROBE in render(turn, True)
+            except Exception:
+                tool_role = False
+        closed = render([*head, {"role": "assistant", "content": PROBE}], False)
+        end_of_turn = closed[closed.rindex(PROBE) + len(PROBE) :] if PROBE in closed else ""
+        stop_ids = {self.tokenizer.eos_token_id} - {None}
+        marker = self.encode(end_of_turn)[:1]
+        special = set(getattr(self.tokenizer, "all_special_ids", []) or [])
+        if marker and marker[0] in special:
+            stop_ids.add(marker[0])
+        return TemplateTraits(native_tools, tool_role, system_role, end_of_turn,
+                              frozenset(int(i) for i in stop_ids))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Tokens appended after an assistant turn (loss mask 0) and the text they decode to."""
+
+    token_ids: list[int]
+    text: str
+    incremental: bool  # True: the full re-render's suffix; False: the fallback rendering
+
+
+class Transcript:
+    """One episode's conversation: the messages, and the text its tokens decode to."""
+
+    def __init__(self, fmt: ChatFormat, observation: Observation,
+                 system_prompt: str | None) -> None:  # fmt: skip
+        self.fmt = fmt
+        self.tools = list(observation.tools)
+        traits = fmt.traits
+        self.messages = first_messages(observation, system_prompt,
+                                       describe_tools=not traits.native_tools,
+                                       system_role=traits.system_role)  # fmt: skip
+        self.text = fmt.render(self.messages, generation_prompt=True, tools=self.tools)
+        self.prompt_ids = fmt.encode(self.text)
+        self._content_end = len(self.text)  # where the latest assistant content ends in `text`
+        self._stop_text = ""  # the model's own end-of-turn token, when it wrote one
+
+    def add_assistant(self, token_ids: Sequence[int]) -> str:
+        """Record the engine's tokens for a turn; returns the message content (the decoded tokens
+        without the final end-of-turn token)."""
+        ended = bool(token_ids) and token_ids[-1] in self.fmt.traits.stop_ids
+        body = token_ids[:-1] if ended else token_ids
+        content = self.fmt.decode(body)
+        self._stop_text = self.fmt.decode(token_ids[-1:]) if ended else ""
+        self.text += content
+        self._content_end = len(self.text)
+        self.text += self._stop_text
+        self.messages.append({"role": "assistant", "content": content})
+        return content
+
+    def add_observation(self, new: Sequence[Message]) -> Delta:
+        """Append observation messages; returns the delta to append to the token ids."""
+        full = self.fmt.render([*self.messages, *new], generation_prompt=True, tools=self.tools)
+        covered = self.text[: self._content_end]
+        if full.startswith(covered):
+            rest, incremental = full[len(covered) :], True
+        else:
+            self.fmt.warn_fallback()
+            rest = self.fmt.traits.end_of_turn + self.fmt.render_new(new, self.tools)
+            incremental = False
+        # The model's end-of-turn token is already in the tokens; a different stop token (a
+        # stop string, another eos) stays, and the template's own marker follows it.
+        if self._stop_text and rest.startswith(self._stop_text):
+            rest = rest[len(self._stop_text) :]
+        self.messages.extend(new)
+        self.text += rest
+        self._content_end = len(self.text)
+        self._stop_text = ""
+        return Delta(self.fmt.encode(rest), rest, incremental)
