@@ -7,6 +7,7 @@
         ws.write("sol.py", "...")
         await pool.run(ExecRequest(code=..., workspace=ws.id))
         snap = ws.snapshot(); ...; ws.restore(snap)
+        await pool.resize(8)                        # grow or shrink; busy cells finish first
 
 Each run takes an idle cell, fills its workspace, sets the cell's memory limit, sends the job and
 classifies the reply into an `ExecResult`. A cell that crashes is replaced in the background;
@@ -24,7 +25,7 @@ import signal
 import tempfile
 import uuid
 import warnings
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,8 @@ class SandboxPool:
         self._background: set[asyncio.Task[None]] = set()
         self._broken: str | None = None
         self._counter = 0
+        self._target = self.config.size  # cells kept: the last resize's n
+        self._excess = 0  # busy cells to retire when their run ends (a shrink in progress)
         self._siblings: dict[tuple[str, tuple[str, ...]], SandboxPool] = {}
         self._sibling_lock = asyncio.Lock()
 
@@ -181,6 +184,55 @@ class SandboxPool:
             with contextlib.suppress(OSError):
                 fs.wipe(self._root)
                 self._root.rmdir()
+
+    @property
+    def size(self) -> int:
+        """The number of cells the pool keeps (the `n` of the last `resize`)."""
+        return self._target
+
+    async def resize(self, n: int) -> None:
+        """Grow or shrink to `n` cells (makes the pool an elastic worker set for the scheduler).
+        Growing starts new cells; shrinking closes idle cells at once, and busy cells when their
+        run ends (a cell that crashes meanwhile is not replaced), so no run is interrupted."""
+        if n < 1:
+            raise ValueError(f"a sandbox pool needs at least one cell, got resize({n})")
+        if self.state is not PoolState.RUNNING:
+            raise SandboxError(f"the pool is {self.state.value}; resize a running pool")
+        delta, self._target = n - self._target, n
+        if delta < 0:
+            self._excess -= delta
+            leaving: list[Cell] = []
+            while self._excess and not self._idle.empty():
+                cell = self._idle.get_nowait()
+                if cell is None:  # the broken-pool marker stays for the runs to see
+                    self._idle.put_nowait(None)
+                    break
+                self._excess -= 1
+                self._cells.pop(cell.name, None)
+                leaving.append(cell)
+            await asyncio.gather(*(self._replace_cell(c, replace=False) for c in leaving))
+            return
+        kept = min(self._excess, delta)  # cells still due to leave simply stay
+        self._excess -= kept
+        started = await asyncio.gather(
+            *(self._new_cell() for _ in range(delta - kept)), return_exceptions=True
+        )
+        errors = [r for r in started if isinstance(r, BaseException)]
+        for new in started:
+            if isinstance(new, Cell):
+                self._give_back(new)
+        if errors:
+            self._target -= len(errors)
+            raise errors[0]
+
+    def _give_back(self, cell: Cell) -> None:
+        """A cell whose run ended goes back to idle, or leaves if a shrink is pending."""
+        if self._excess:
+            self._excess -= 1
+            self._cells.pop(cell.name, None)
+            self._in_background(self._replace_cell(cell, replace=False))
+        else:
+            self._idle.put_nowait(cell)
 
     async def _new_cell(self) -> Cell:
         assert self._launcher is not None
@@ -280,7 +332,7 @@ class SandboxPool:
             raise
         finally:
             if healthy and cell.alive:
-                self._idle.put_nowait(cell)
+                self._give_back(cell)
             else:
                 self._replace(cell)
 
@@ -395,15 +447,23 @@ class SandboxPool:
 
     def _replace(self, cell: Cell) -> None:
         self._cells.pop(cell.name, None)
-        task = asyncio.get_running_loop().create_task(self._replace_cell(cell))
+        replace = not self._excess  # during a shrink, a lost cell is one fewer to retire
+        if not replace:
+            self._excess -= 1
+        self._in_background(self._replace_cell(cell, replace))
+
+    def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _replace_cell(self, dead: Cell) -> None:
+    async def _replace_cell(self, dead: Cell, replace: bool = True) -> None:
         await dead.close()
         with contextlib.suppress(OSError):
             fs.wipe(dead.directory)
             dead.directory.rmdir()
+        if not replace:
+            return
         last: Exception | None = None
         for attempt in range(REPLACE_ATTEMPTS):
             if self.state is not PoolState.RUNNING:
@@ -414,7 +474,7 @@ class SandboxPool:
                 last = exc
                 await asyncio.sleep(0.5 * 2**attempt)
                 continue
-            self._idle.put_nowait(cell)
+            self._give_back(cell)
             return
         self._broken = f"could not replace a crashed cell: {last}"
         log.error("sandbox pool: %s", self._broken)

@@ -27,6 +27,7 @@ from honing.rollout.scheduler import (
     SchedulerConfig,
 )
 from honing.rollout.slots import PrioritySlots
+from honing.sandbox import ExecRequest, SandboxConfig, SandboxPool
 from honing.store.records import Ending, Group, Retry, Trajectory
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import MathTask
@@ -460,6 +461,36 @@ async def test_elastic_workers_stay_within_their_bounds() -> None:
         await until(lambda: sched.stats.in_flight == 0 and workers.size == 2)
         await spin(50)
         assert workers.size == 2
+
+
+async def test_a_real_sandbox_pool_grows_and_shrinks_as_env_workers(
+    make_config: Callable[..., SandboxConfig],
+) -> None:
+    release = asyncio.Event()
+    holding = 0
+
+    async with SandboxPool(make_config(pool_size=1)) as pool:
+
+        async def run(t: AnyTask, sample: int, gate: Gate) -> Trajectory:
+            nonlocal holding
+            async with gate.env():
+                holding += 1
+                await release.wait()
+                result = await pool.run(ExecRequest(code=f"print({sample} * 7)"))
+            return traj(t, detail=result.stdout)
+
+        scaling = Scaling(min_workers=1, max_workers=3, slots_per_worker=1, cooldown_s=0.0)
+        async with Scheduler(run, config(n=4, env_scaling=scaling), env_workers=pool) as sched:
+            await sched.submit(task("t"))
+            await until(lambda: holding == 3)  # 3 cells, 3 slots; the fourth sample queues
+            assert pool.size == 3 and len(pool._cells) == 3 and sched.stats.env_waiting == 1
+            release.set()
+            sched.finish_submitting()
+            [group] = await _collect(sched)
+            await until(lambda: pool.size == 1 and len(pool._cells) == 1)
+            assert sched.stats.env_slots == 1
+        assert [tr.detail for tr in group.trajectories] == ["0\n", "7\n", "14\n", "21\n"]
+        assert (await pool.run(ExecRequest(code="print('ok')"))).stdout == "ok\n"
 
 
 # -- shutdown ---------------------------------------------------------------------------------
