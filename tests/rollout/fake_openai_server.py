@@ -3,7 +3,8 @@ failures on demand, for the OpenAI engine's tests.
 
 Tokenisation is one token per character (`id = ord(c)`), and a completion that ends naturally
 ends with EOS_ID, as vLLM's `token_ids` do. `plan[path]` is a queue of behaviours for the next
-requests to that path: "ok", "hang", "drop" (close the connection) or an HTTP status ("503").
+requests to that path: "ok", "hang", "drop" (close the connection), "empty" (no choices) or an
+HTTP status ("503").
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class FakeOpenAIServer:
                 if behaviour == "drop":
                     self.close_connection = True
                     self.connection.close()
+                    return
+                if behaviour == "empty":
+                    self._send(200, {"id": "x", "object": "chat.completion", "choices": []})
                     return
                 if behaviour != "ok":
                     status = int(behaviour)

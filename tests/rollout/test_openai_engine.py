@@ -188,6 +188,14 @@ async def test_400_is_not_retried(server: FakeOpenAIServer) -> None:
     assert len(server.state.seen) == 1
 
 
+async def test_an_answer_without_choices_is_an_engine_error(server: FakeOpenAIServer) -> None:
+    server.state.plan["/v1/chat/completions"] = ["empty"]
+    engine = engine_for(server)
+    with pytest.raises(EngineError, match="without choices"):
+        await engine.generate([CHAT], SamplingParams())
+    await engine.close()
+
+
 async def test_a_hung_server_times_out_into_engine_error(server: FakeOpenAIServer) -> None:
     server.state.plan["/v1/chat/completions"] = ["hang", "hang"]
     engine = engine_for(server, retries=1, timeout_s=0.3)

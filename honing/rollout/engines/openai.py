@@ -319,6 +319,8 @@ class OpenAIEngine:
                         "messages and tools, the api_key"
                     ) from exc
                 last = f"HTTP {status}: {answer}"
+            except openai.APIError as exc:  # an answer the client could not read
+                raise EngineError(f"POST {url} ({what}): unusable answer: {exc}") from exc
         raise EngineError(
             f"POST {url} ({what}) failed after {attempts} attempt(s); last: {last}. Check that "
             f"the server at {self._base} is up and serving {self._model!r}, and that it is not "
