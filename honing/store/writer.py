@@ -5,8 +5,9 @@
             await writer.add_group(group)
     writer.offset                       # rows durably written (the trainer resumes from it)
 
-* `add` buffers (the trajectory is converted to its row at once, so a value that cannot be
-  stored fails there, naming the trajectory); a full buffer is written as one shard before `add`
+* `add` converts the trajectory to its Arrow row at once (a value that cannot be stored fails
+  there, naming the trajectory; later changes to the record do not reach the store) and
+  buffers it; a full buffer is written as one shard before `add`
   returns (backpressure). Buffered rows older than `flush_s` are written by a background timer,
   so a slow rollout still reaches the disk regularly. `flush()` and leaving the `async with`
   (also on an exception) write what is buffered.
@@ -19,8 +20,7 @@
 * One writer per run directory: a second one (any process) is refused while the first is open
   (an advisory `flock` on `RUN/trajectories/.lock`).
 
-A trajectory must not be changed after `add` (its lists are shared with the buffered row until
-the shard is written). Not covered here: reading (`honing.store.query`).
+Not covered here: reading (`honing.store.query`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ import asyncio
 import contextlib
 import enum
 import fcntl
+import functools
 import os
 import threading
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from honing.errors import StoreError
@@ -82,7 +84,7 @@ class TrajectoryWriter:
         self.flush_s = flush_s
         self.compression = compression
         self.state = WriterState.NEW
-        self._buffer: list[dict[str, Any]] = []
+        self._buffer: list[pa.Table] = []  # one row each
         self._buffered_since: float | None = None  # loop time of the oldest buffered row
         self._shards: list[Shard] = []
         self._offset = 0
@@ -92,7 +94,7 @@ class TrajectoryWriter:
         self._io = threading.Lock()  # one shard + manifest write at a time, even if abandoned
         self._writes: set[asyncio.Future[None]] = set()
         self._timer: asyncio.Task[None] | None = None
-        self._timer_error: BaseException | None = None
+        self._background_error: BaseException | None = None
         self._lock_file: IO[str] | None = None
 
     @property
@@ -132,7 +134,9 @@ class TrajectoryWriter:
             self._timer = asyncio.create_task(self._flush_when_due(self.flush_s))
 
     async def close(self) -> None:
-        """Write what is buffered, wait for writes in flight, release the lock. Idempotent."""
+        """Write what is buffered, wait for writes in flight, release the lock. Idempotent.
+        A write that failed in the background (a timed flush, a cancelled flush) is raised
+        here, after everything that could still be written was."""
         if self.state is not WriterState.OPEN:
             self.state = WriterState.CLOSED
             return
@@ -141,20 +145,21 @@ class TrajectoryWriter:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
         try:
-            await self.flush()
-        finally:
-            if self._writes:
+            if self._writes:  # abandoned by a cancelled flush; a failed one refills the buffer
                 await asyncio.gather(*self._writes, return_exceptions=True)
+            await self._flush()
+        finally:
             self.state = WriterState.CLOSED
             if self._lock_file is not None:
                 self._lock_file.close()  # releases the flock
                 self._lock_file = None
+        self._raise_background_error()
 
     # -- adding ------------------------------------------------------------------------------
     async def add(self, trajectory: Trajectory) -> None:
         """Buffer one trajectory; write a shard when the buffer is full."""
         self._check_open()
-        row = to_row(trajectory)
+        row = rows_to_table([to_row(trajectory)])  # fails here, naming it, if it cannot be stored
         if not self._buffer:
             self._buffered_since = asyncio.get_running_loop().time()
         self._buffer.append(row)
@@ -168,6 +173,25 @@ class TrajectoryWriter:
     async def flush(self) -> int:
         """Write the buffered rows as shards of up to `shard_rows`; return how many rows."""
         self._check_open()
+        return await self._flush()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        self._raise_background_error()
+        if self.state is not WriterState.OPEN:
+            raise StoreError(
+                f"{self.run_dir}: the TrajectoryWriter is {self.state.value}; use it inside "
+                "`async with TrajectoryWriter(...)` (or call open() first)"
+            )
+
+    def _raise_background_error(self) -> None:
+        if self._background_error is not None:
+            error, self._background_error = self._background_error, None
+            raise StoreError(
+                f"{self.run_dir}: a write in the background failed: {error}"
+            ) from error
+
+    async def _flush(self) -> int:
         written = 0
         async with self._flushing:
             while self._buffer:
@@ -190,19 +214,20 @@ class TrajectoryWriter:
                     self._buffer[:0] = batch
                     self._next_index = index  # nothing was renamed into place
                     raise
+                except asyncio.CancelledError:
+                    write.add_done_callback(functools.partial(self._abandoned, batch))
+                    raise
                 written += len(batch)
         return written
 
-    # -- internals ---------------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._timer_error is not None:
-            error, self._timer_error = self._timer_error, None
-            raise StoreError(f"{self.run_dir}: a timed flush failed: {error}") from error
-        if self.state is not WriterState.OPEN:
-            raise StoreError(
-                f"{self.run_dir}: the TrajectoryWriter is {self.state.value}; use it inside "
-                "`async with TrajectoryWriter(...)` (or call open() first)"
-            )
+    def _abandoned(self, batch: list[pa.Table], write: asyncio.Future[None]) -> None:
+        """A write whose flush was cancelled has finished: keep its failure for later."""
+        error = None if write.cancelled() else write.exception()
+        if error is None:
+            return
+        if not isinstance(error, _ManifestNotWritten):
+            self._buffer[:0] = batch  # the shard's number stays unused: a gap, not a clash
+        self._background_error = error
 
     async def _flush_when_due(self, flush_s: float) -> None:
         loop = asyncio.get_running_loop()
@@ -212,9 +237,9 @@ class TrajectoryWriter:
             if since is None or loop.time() - since < flush_s:
                 continue
             try:
-                await self.flush()
+                await self._flush()
             except StoreError as exc:  # raised again at the next add/flush/close
-                self._timer_error = exc
+                self._background_error = exc
                 return
 
     def _open(self) -> None:
@@ -264,10 +289,10 @@ class TrajectoryWriter:
         if manifest is None or _listed(manifest) != [(s.path.name, s.rows) for s in self._shards]:
             self._write_manifest()
 
-    def _write(self, index: int, batch: list[dict[str, Any]]) -> None:
+    def _write(self, index: int, batch: list[pa.Table]) -> None:
         """In a worker thread: one shard, then the manifest."""
         with self._io:
-            table = rows_to_table(batch)
+            table = pa.concat_tables(batch).combine_chunks()
             directory = self.run_dir / SHARDS
             path = directory / shard_name(index)
             tmp = directory / f".{path.name}.{os.getpid()}.tmp"

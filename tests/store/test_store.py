@@ -151,6 +151,26 @@ async def test_flush_cancelled_mid_write_neither_loses_nor_duplicates(
     assert read_trajectories(tmp_path) == [make(i) for i in range(5)]
 
 
+async def test_cancelled_flush_whose_write_fails_is_retried_and_reported(
+    tmp_path: Path, make: MakeTrajectory
+) -> None:
+    blocker = tmp_path / "trajectories" / "part-00000.parquet"
+    blocker.mkdir(parents=True)
+    with pytest.raises(StoreError, match=r"in the background failed.*part-00000\.parquet"):
+        async with TrajectoryWriter(tmp_path, shard_rows=100, flush_s=None) as writer:
+            for i in range(3):
+                await writer.add(make(i))
+            flushing = asyncio.create_task(writer.flush())
+            await asyncio.sleep(0)
+            flushing.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await flushing
+    # close() waited for the abandoned write, took its rows back and wrote them under the next
+    # number before reporting the failure.
+    assert [s.path.name for s in complete_shards(tmp_path)] == ["part-00001.parquet"]
+    assert read_trajectories(tmp_path) == [make(i) for i in range(3)]
+
+
 async def test_unstorable_trajectory_fails_at_add_naming_it(
     tmp_path: Path, make: MakeTrajectory
 ) -> None:
@@ -161,6 +181,44 @@ async def test_unstorable_trajectory_fails_at_add_naming_it(
             await writer.add(bad)
         await writer.add(make(1))
     assert [t.id for t in read_trajectories(tmp_path)] == ["traj-1"]
+
+
+async def test_value_past_its_column_type_fails_at_add(
+    tmp_path: Path, make: MakeTrajectory
+) -> None:
+    bad = make(0, id="huge-token")
+    bad.token_ids[0] = 2**40  # token ids are int32
+    async with TrajectoryWriter(tmp_path) as writer:
+        with pytest.raises(StoreError, match="'huge-token'"):
+            await writer.add(bad)
+        assert writer.pending == 0
+
+
+async def test_records_changed_after_add_are_stored_as_added(
+    tmp_path: Path, make: MakeTrajectory
+) -> None:
+    t = make(0)
+    async with TrajectoryWriter(tmp_path) as writer:
+        await writer.add(t)
+        t.token_ids.append(999)
+        t.reward = 42.0
+    assert read_trajectories(tmp_path) == [make(0)]
+
+
+async def test_failed_shard_write_keeps_its_rows_and_names_the_file(
+    tmp_path: Path, make: MakeTrajectory
+) -> None:
+    blocker = tmp_path / "trajectories" / "part-00000.parquet"
+    blocker.mkdir(parents=True)  # the rename into place fails
+    async with TrajectoryWriter(tmp_path, shard_rows=2, flush_s=None) as writer:
+        await writer.add(make(0))
+        with pytest.raises(StoreError, match=r"part-00000\.parquet: cannot write the shard"):
+            await writer.add(make(1))
+        assert (writer.pending, writer.offset) == (2, 0)
+        assert not list(blocker.parent.glob(".*.tmp"))
+        blocker.rmdir()
+        assert await writer.flush() == 2
+    assert read_trajectories(tmp_path) == [make(0), make(1)]
 
 
 async def test_use_outside_its_lifecycle_is_an_error(tmp_path: Path, make: MakeTrajectory) -> None:
