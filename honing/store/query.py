@@ -3,7 +3,7 @@
     read_trajectories(run_dir)                  every trajectory, in the order written
     iter_trajectories(run_dir, offset=1000)     shard by shard, skipping the first 1000 rows
     query(run_dir, "SELECT domain, avg(reward) FROM trajectories GROUP BY 1")  -> QueryResult
-    describe(run_dir)                           the views and their columns
+    describe(run_dir)                           the views and their columns (format_views)
     format_text(result) / rich_table(result)    a result for the terminal
 
 Two views over all complete shards (united by column name, so shards written by an older honing
@@ -16,7 +16,8 @@ with fewer columns still read):
                    components, failure, detail, step_s, tool_s)
 
 Maps read as `components['outcome']`; tool calls as `json_extract_string(tool_calls,
-'$[0].function.name')` or `list_contains(tool_names, 'run')`.
+'$[0].function.name')` or `list_contains(tool_names, 'run')`. `end` is an SQL keyword: quote it
+(`SELECT start, "end" FROM turns`).
 
 Only complete shards are read (see `honing.store.files`); a missing store, one without shards, a
 corrupted shard and a failed query raise `StoreError` saying what was expected, which file, or
@@ -238,6 +239,16 @@ def rich_table(result: QueryResult, *, max_rows: int = 100, width: int = 40) -> 
     for row in result.rows[:max_rows]:
         table.add_row(*(Text(format_cell(v, width)) for v in row))  # no markup
     return table
+
+
+def format_views(views: Sequence[View]) -> str:
+    """`honing store query RUN --describe`-style text: each view, then its columns and types."""
+    lines = []
+    for view in views:
+        lines.append(view.name)
+        width = max(len(c.name) for c in view.columns)
+        lines += [f"  {c.name.ljust(width)}  {c.type}" for c in view.columns]
+    return "\n".join(lines)
 
 
 def _rows_line(result: QueryResult, max_rows: int) -> str:

@@ -27,6 +27,7 @@ from honing.store import (
     complete_shards,
     describe,
     format_text,
+    format_views,
     query,
     read_trajectories,
     rich_table,
@@ -447,6 +448,10 @@ async def test_describe_lists_views_and_columns(tmp_path: Path, make: MakeTrajec
     assert views["trajectories"]["components"] == "MAP(VARCHAR, DOUBLE)"
     assert views["turns"]["turn_index"] == "BIGINT"
     assert {"trajectory_id", "task_id", "role", "tool_calls", "tool_s"} <= set(views["turns"])
+    text = format_views(describe(tmp_path)).splitlines()
+    assert text[0] == "trajectories"
+    assert text[1].split() == ["id", "VARCHAR"]
+    assert "turns" in text
 
 
 def test_format_text_and_rich_table() -> None:
