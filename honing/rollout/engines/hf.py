@@ -1,0 +1,477 @@
+"""The `hf` engine: a local transformers causal LM with continuous batching (CPU, or a GPU).
+
+    engine = HFEngine.load("default")                 # the embedded SmolLM2-135M-Instruct
+    async with engine:
+        [gen] = await engine.generate([Prompt(token_ids=ids)], SamplingParams(max_new_tokens=64))
+        await engine.update_weights(WeightUpdate(version=1, state_dict=learner.state_dict()))
+
+**Decode loop.** One worker thread owns the model and runs the loop (torch releases the GIL, so
+the asyncio loop stays responsive). Between decode steps it applies a pending weight update,
+admits waiting sequences into free slots (one right-padded prefill for those admitted together,
+which also samples their first token), then advances every active sequence by one token in one
+batched step, retires finished ones and resolves their futures. Concurrent `generate` calls from
+many episodes therefore share decode steps. The model's forward is `llama_decode.LlamaDecoder`
+for Llama-family models (its own step over a static per-slot KV cache; the fast path) and the HF
+forward, one sequence at a time, for anything else.
+
+**Sampling**, per request: temperature (0 = greedy), top-k, top-p, and a seed — each request
+draws from its own `torch.Generator` (one uniform per token, inverse-CDF over the filtered
+distribution), so a seeded request gives the same tokens whatever else shares its batch (up to
+floating-point differences of batched matmuls). Unseeded requests draw seeds from the engine's
+`seed`.
+
+**Logprobs** (what a learner compares its own against): `logprobs[i]` is the log-probability of
+`token_ids[i]` under `log_softmax(logits / temperature)` — temperature-scaled, *before* top-k/top-p
+filtering — and under `log_softmax(logits)` when the temperature is 0 (greedy).
+
+**Ending.** A sequence ends on an end-of-sequence id (the tokenizer's, the config's and the
+generation config's; the id is kept as the last of `token_ids`), when the decoded tail contains a
+stop string (kept in the text; finish STOP), or after `max_new_tokens` or when prompt + completion
+reach `max_len` (finish LENGTH; a prompt that already fills `max_len` gives an empty LENGTH
+completion). `text` is `decode(token_ids, skip_special_tokens=True)`.
+
+**Weights.** `update_weights` copies a state dict (HF parameter names, any subset) or the
+safetensors files of a directory into the model, between two decode steps, never in one; fused
+copies are rebuilt. From the next token on `version` is the update's, and `Generation.versions`
+says which version made each token. A sequence in flight continues with the new weights and keeps
+its KV cache, computed by the old ones (partial rollouts, as AReaL does; the learner sees the
+versions and decides how stale is too stale).
+
+**Failures.** Invalid prompts, a call after `close()`, an update that names unknown parameters
+or wrong shapes, and any exception inside the decode loop raise `EngineError` in the callers
+concerned (a failed step fails the sequences it held; the loop goes on). `close()` stops the
+thread; sequences still in flight are answered with what they have and finish ABORT. Cancelling
+a `generate` call frees its slots at the next step.
+
+Not covered: LoRA adapters (merge first), prefix caching across calls, tensor parallelism,
+speculative decoding, quantised weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from honing.errors import ConfigError, EngineError
+from honing.rollout.engines.base import (
+    FinishReason,
+    Generation,
+    Prompt,
+    SamplingParams,
+    WeightUpdate,
+)
+from honing.rollout.engines.llama_decode import Decoder, fast_path_reason, make_decoder
+
+Dtype = Literal["auto", "bfloat16", "float16", "float32"]
+DEFAULT_MAX_LEN = 4096
+PREFILL_TOKENS = 8192  # padded prompt tokens prefilled together at most
+
+
+def auto_dtype(device: torch.device) -> str:
+    """bfloat16 where the hardware computes it fast (AMX / AVX512-BF16 CPUs, bf16 GPUs), else
+    float32 (on other CPUs bf16 matmuls are several times slower than fp32)."""
+    if device.type == "cuda":
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    cpu = torch.cpu
+    fast = (
+        getattr(cpu, "_is_amx_tile_supported", lambda: False)()
+        or getattr(cpu, "_is_avx512_bf16_supported", lambda: False)()
+    )
+    return "bfloat16" if fast else "float32"
+
+
+@dataclass(eq=False)
+class _Seq:
+    """One sequence: its request, its slot's state, what it has produced."""
+
+    prompt: list[int]
+    sampling: SamplingParams
+    future: Future[Generation]
+    submitted: float
+    budget: int  # tokens it may still produce in total
+    generator: torch.Generator
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    finish: FinishReason | None = None
+
+
+@dataclass(eq=False)
+class _Update:
+    tensors: dict[str, torch.Tensor]
+    version: int
+    future: Future[None]
+
+
+class HFEngine:
+    """A local transformers causal LM behind the Engine protocol; see the module docstring."""
+
+    name = "hf"
+    accepts_tokens = True
+
+    def __init__(
+        self,
+        model: str | Path | Any,
+        tokenizer: Any | None = None,
+        *,
+        dtype: Dtype = "auto",
+        device: str | None = None,
+        max_batch: int = 32,
+        max_len: int | None = None,
+        version: int = 0,
+        seed: int | None = None,
+    ) -> None:
+        """`model`: a model directory (or a built-in name such as "default") or a loaded causal
+        LM (used as is: its dtype and device). `max_batch`: sequences decoded together; more
+        wait. `max_len`: prompt + completion at most (default: the model's, capped at 4096)."""
+        from honing.rollout.models import load_model, load_tokenizer, resolve_model
+
+        if max_batch < 1:
+            raise ConfigError(f"max_batch {max_batch}: must be at least 1")
+        if isinstance(model, (str, Path)):
+            path = resolve_model(str(model))
+            target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            model = load_model(path, auto_dtype(target) if dtype == "auto" else dtype)
+            model.to(target)
+            tokenizer = tokenizer if tokenizer is not None else load_tokenizer(path)
+        elif dtype != "auto" and getattr(torch, dtype) != model.dtype:
+            raise ConfigError(
+                f"dtype {dtype!r} but the model given is {model.dtype}; pass dtype='auto' to use "
+                "it as is, or cast it first"
+            )
+        if tokenizer is None:
+            raise ConfigError("HFEngine needs the model's tokenizer when given a model object")
+        self.model = model
+        self._tokenizer = tokenizer
+        config = model.config
+        limit = getattr(config, "max_position_embeddings", None) or DEFAULT_MAX_LEN
+        self.max_len = max_len or min(limit, DEFAULT_MAX_LEN)
+        self.max_batch = max_batch
+        self.vocab_size = model.get_input_embeddings().weight.shape[0]
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.fast_path = fast_path_reason(model) is None
+        self._decoder: Decoder = make_decoder(model, slots=max_batch, max_len=self.max_len)
+        self._version = version
+        self._seeds = random.Random(seed)
+        self._lock = threading.Condition()
+        self._waiting: deque[_Seq] = deque()
+        self._updates: deque[_Update] = deque()
+        self._active: list[_Seq] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="hf-engine-decode", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def load(cls, spec: str | Path, *, dtype: Dtype = "auto", **kwargs: Any) -> HFEngine:
+        """An engine for a model directory or a built-in name ("default")."""
+        return cls(spec, dtype=dtype, **kwargs)
+
+    # ---- the Engine protocol -------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    async def generate(
+        self, prompts: Sequence[Prompt], sampling: SamplingParams
+    ) -> list[Generation]:
+        seqs = [self._sequence(p, sampling) for p in prompts]
+        with self._lock:
+            if self._closed:
+                raise EngineError("the hf engine is closed")
+            self._waiting.extend(seqs)
+            self._lock.notify()
+        futures = [asyncio.wrap_future(s.future) for s in seqs]
+        try:
+            return list(await asyncio.gather(*futures))
+        except BaseException:
+            for s in seqs:  # cancelled or failed: the loop drops what is still running
+                s.future.cancel()
+            raise
+
+    async def update_weights(self, update: WeightUpdate) -> None:
+        if update.adapter:
+            raise EngineError("the hf engine cannot load LoRA adapters; merge the adapter first")
+        if update.state_dict is not None:
+            tensors = dict(update.state_dict)
+        elif update.path is not None:
+            tensors = await asyncio.to_thread(_read_safetensors, Path(update.path))
+        else:
+            raise EngineError("a WeightUpdate needs a state_dict or a path")
+        self._check_update(tensors)
+        pending = _Update(tensors, update.version, Future())
+        with self._lock:
+            if self._closed:
+                raise EngineError("the hf engine is closed")
+            self._updates.append(pending)
+            self._lock.notify()
+        await asyncio.wrap_future(pending.future)
+
+    async def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify()
+        await asyncio.to_thread(self._thread.join)
+
+    async def __aenter__(self) -> HFEngine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def _sequence(self, prompt: Prompt, sampling: SamplingParams) -> _Seq:
+        ids = prompt.token_ids
+        if ids is None:
+            raise EngineError(
+                "the hf engine takes token-id prompts (accepts_tokens); render the chat "
+                "template with engine.tokenizer first"
+            )
+        if not ids:
+            raise EngineError("empty prompt: the hf engine needs at least one token to continue")
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise EngineError(
+                f"prompt token ids out of the vocabulary (0..{self.vocab_size - 1}): {bad[:5]}"
+            )
+        seed = sampling.seed if sampling.seed is not None else self._seeds.getrandbits(63)
+        return _Seq(
+            prompt=list(ids),
+            sampling=sampling,
+            future=Future(),
+            submitted=time.perf_counter(),
+            budget=min(sampling.max_new_tokens, self.max_len - len(ids)),
+            generator=torch.Generator().manual_seed(seed),
+        )
+
+    def _check_update(self, tensors: dict[str, torch.Tensor]) -> None:
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        unknown = sorted(set(tensors) - set(params))
+        if unknown:
+            raise EngineError(f"weight update names unknown parameters: {unknown[:5]}")
+        wrong = [n for n, t in tensors.items() if tuple(t.shape) != tuple(params[n].shape)]
+        if wrong:
+            raise EngineError(
+                f"weight update has wrong shapes for {wrong[:5]} "
+                f"(e.g. {tuple(tensors[wrong[0]].shape)} vs {tuple(params[wrong[0]].shape)})"
+            )
+
+    # ---- the decode loop (worker thread) ---------------------------------------------------
+
+    def _run(self) -> None:
+        with torch.inference_mode():
+            while True:
+                with self._lock:
+                    while not (self._closed or self._waiting or self._updates or self._active):
+                        self._lock.wait()
+                    if self._closed:
+                        break
+                    updates = list(self._updates)
+                    self._updates.clear()
+                for update in updates:
+                    self._apply(update)
+                self._admit()
+                if self._active:
+                    self._step()
+            self._abort_all()
+
+    def _apply(self, update: _Update) -> None:
+        try:
+            params = dict(self.model.named_parameters(remove_duplicate=False))
+            for name, tensor in update.tensors.items():
+                params[name].copy_(tensor)
+            self._decoder.refresh()
+            self._version = update.version
+            update.future.set_result(None)
+        except Exception as exc:
+            update.future.set_exception(EngineError(f"applying weights v{update.version}: {exc!r}"))
+
+    def _admit(self) -> None:
+        while len(self._active) < self.max_batch:
+            batch: list[_Seq] = []
+            with self._lock:
+                while self._waiting and len(self._active) + len(batch) < self.max_batch:
+                    seq = self._waiting[0]
+                    longest = max([len(seq.prompt), *(len(s.prompt) for s in batch)])
+                    if batch and longest * (len(batch) + 1) > PREFILL_TOKENS:
+                        break
+                    self._waiting.popleft()
+                    if seq.future.cancelled():
+                        continue
+                    if seq.budget <= 0:
+                        seq.finish = FinishReason.LENGTH
+                        self._resolve(seq)
+                        continue
+                    batch.append(seq)
+            if not batch:
+                return
+            try:
+                logits = self._decoder.prefill(len(self._active), [s.prompt for s in batch])
+                first = len(self._active)
+                self._active.extend(batch)
+                self._sample_and_retire(logits, first)
+            except Exception as exc:
+                self._fail(batch, exc)
+                self._active = [s for s in self._active if s not in batch]
+
+    def _step(self) -> None:
+        tokens = [s.tokens[-1] for s in self._active]
+        positions = [len(s.prompt) + len(s.tokens) - 1 for s in self._active]
+        try:
+            logits = self._decoder.decode(tokens, positions)
+            self._sample_and_retire(logits, 0)
+        except Exception as exc:
+            self._fail(self._active, exc)
+            self._active = []
+
+    def _sample_and_retire(self, logits: torch.Tensor, first: int) -> None:
+        """Sample one token for slots first.. from their logits; retire the finished ones."""
+        seqs = self._active[first:]
+        chosen, logprobs = _sample(logits, seqs)
+        version = self._version
+        for seq, token, logprob in zip(seqs, chosen, logprobs, strict=True):
+            seq.tokens.append(token)
+            seq.logprobs.append(logprob)
+            seq.versions.append(version)
+            if token in self.eos_ids or self._hit_stop(seq):
+                seq.finish = FinishReason.STOP
+            elif len(seq.tokens) >= seq.budget:
+                seq.finish = FinishReason.LENGTH
+        self._retire()
+
+    def _hit_stop(self, seq: _Seq) -> bool:
+        stops = seq.sampling.stop
+        if not stops:
+            return False
+        window = max(len(s) for s in stops) + 2  # tokens: each decodes to >= 1 char, mostly
+        tail = self._tokenizer.decode(seq.tokens[-window:], skip_special_tokens=True)
+        return any(s in tail for s in stops)
+
+    def _retire(self) -> None:
+        """Resolve finished (and drop cancelled) sequences; refill their slots from the end."""
+        done = [s.finish is not None or s.future.done() for s in self._active]
+        if not any(done):
+            return
+        for seq, d in zip(self._active, done, strict=True):
+            if d and seq.finish is not None:
+                self._resolve(seq)
+        keep = len(self._active) - sum(done)
+        holes = [i for i in range(keep) if done[i]]
+        movers = [i for i in range(keep, len(self._active)) if not done[i]]
+        for hole, mover in zip(holes, movers, strict=True):
+            seq = self._active[mover]
+            self._decoder.move(mover, hole, len(seq.prompt) + len(seq.tokens))
+            self._active[hole] = seq
+        del self._active[keep:]
+
+    def _resolve(self, seq: _Seq) -> None:
+        if seq.future.done():
+            return
+        text = self._tokenizer.decode(seq.tokens, skip_special_tokens=True)
+        seq.future.set_result(
+            Generation(
+                token_ids=seq.tokens,
+                text=text,
+                logprobs=seq.logprobs,
+                finish_reason=seq.finish or FinishReason.ABORT,
+                versions=seq.versions,
+                prompt_tokens=len(seq.prompt),
+                seconds=time.perf_counter() - seq.submitted,
+            )
+        )
+
+    def _fail(self, seqs: list[_Seq], exc: Exception) -> None:
+        error = EngineError(f"hf engine decode failed: {exc!r}")
+        for seq in seqs:
+            if not seq.future.done():
+                seq.future.set_exception(error)
+
+    def _abort_all(self) -> None:
+        with self._lock:
+            waiting = list(self._waiting)
+            self._waiting.clear()
+            updates = list(self._updates)
+            self._updates.clear()
+        for seq in [*self._active, *waiting]:
+            seq.finish = FinishReason.ABORT
+            self._resolve(seq)
+        self._active = []
+        for update in updates:
+            update.future.set_exception(EngineError("the hf engine was closed before the update"))
+
+
+def _sample(logits: torch.Tensor, seqs: list[_Seq]) -> tuple[list[int], list[float]]:
+    """One token per row and its logprob (see the module docstring), the whole batch at once."""
+    temps = [s.sampling.temperature for s in seqs]
+    if all(t == 0 for t in temps):
+        logp = torch.log_softmax(logits, -1)
+        chosen = logits.argmax(-1)
+        return chosen.tolist(), logp.gather(1, chosen[:, None])[:, 0].tolist()
+    device = logits.device
+    temp = torch.tensor([t if t > 0 else 1.0 for t in temps], device=device)
+    logp = torch.log_softmax(logits / temp[:, None], -1)
+    probs = logp.exp()
+    top_k = [s.sampling.top_k for s in seqs]
+    if any(k > 0 for k in top_k):
+        k_max = max(top_k)
+        kth = torch.topk(probs, min(k_max, probs.shape[-1]), -1).values
+        index = torch.tensor([min(k, probs.shape[-1]) - 1 if k > 0 else 0 for k in top_k])
+        floor = kth.gather(1, index[:, None].to(device))
+        floor[torch.tensor([k == 0 for k in top_k], device=device)] = 0.0
+        probs = torch.where(probs >= floor, probs, 0.0)
+    top_p = [s.sampling.top_p for s in seqs]
+    if any(p < 1 for p in top_p):
+        sorted_probs, order = torch.sort(probs, -1, descending=True)
+        before = sorted_probs.cumsum(-1) - sorted_probs  # mass of the tokens ranked above
+        mass = sorted_probs.sum(-1, keepdim=True)
+        limit = torch.tensor(top_p, device=device)[:, None] * mass
+        sorted_probs = torch.where(before < limit, sorted_probs, 0.0)
+        probs = torch.zeros_like(probs).scatter_(1, order, sorted_probs)
+    cdf = probs.cumsum(-1)
+    draws = torch.tensor([1.0 - torch.rand((), generator=s.generator).item() for s in seqs])
+    targets = draws.to(device)[:, None] * cdf[:, -1:]
+    sampled = torch.searchsorted(cdf, targets)[:, 0].clamp_(max=probs.shape[-1] - 1)
+    greedy = torch.tensor([t == 0 for t in temps], device=device)
+    chosen = torch.where(greedy, logits.argmax(-1), sampled)
+    return chosen.tolist(), logp.gather(1, chosen[:, None])[:, 0].tolist()
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    sources = [tokenizer.eos_token_id, getattr(model.config, "eos_token_id", None)]
+    generation = getattr(model, "generation_config", None)
+    if generation is not None:
+        sources.append(getattr(generation, "eos_token_id", None))
+    for source in sources:
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(int(i) for i in source)
+    return frozenset(ids)
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    if not files or not all(f.is_file() for f in files):
+        raise EngineError(f"weight update {path}: no safetensors files there")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        tensors.update(load_file(str(file)))
+    return tensors

@@ -1,0 +1,299 @@
+"""The hf engine on a tiny random Llama (fp32, so it can be compared with transformers exactly):
+greedy parity with `model.generate`, logprobs against a teacher-forced forward, continuous batching
+versus sequential calls, seeded sampling, stopping, weight updates mid-generation, failures."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from honing.errors import EngineError
+from honing.rollout.engines.base import FinishReason, Prompt, SamplingParams, WeightUpdate
+from honing.rollout.engines.hf import HFEngine
+from honing.rollout.models import load_model, load_tokenizer
+
+GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
+
+
+@pytest.fixture
+def model(tiny_model_dir: Path) -> Any:
+    return load_model(tiny_model_dir, "float32")
+
+
+@pytest.fixture
+def tokenizer(tiny_model_dir: Path) -> Any:
+    return load_tokenizer(tiny_model_dir)
+
+
+def prompts(tokenizer: Any) -> list[list[int]]:
+    texts = ["What is 17*23?", "Write a haiku about the sea, please.", "hi"]
+    out = []
+    for text in texts:
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        out.append(list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids))
+    return out
+
+
+def hf_greedy(model: Any, ids: list[int], n: int) -> list[int]:
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
+            max_new_tokens=n,
+            do_sample=False,
+            pad_token_id=model.config.eos_token_id,
+        )
+    return list(out[0, len(ids) :].tolist())
+
+
+def teacher_forced(
+    model: Any, ids: list[int], tokens: list[int], temperature: float
+) -> list[float]:
+    with torch.inference_mode():
+        logits = model(torch.tensor([ids + tokens])).logits[0].float()
+    logits = logits[len(ids) - 1 : len(ids) - 1 + len(tokens)]
+    logp = torch.log_softmax(logits / (temperature or 1.0), -1)
+    return logp.gather(1, torch.tensor(tokens)[:, None])[:, 0].tolist()
+
+
+async def test_greedy_matches_transformers_generate(model: Any, tokenizer: Any) -> None:
+    async with HFEngine(model, tokenizer) as engine:
+        assert engine.fast_path and engine.accepts_tokens and engine.tokenizer is tokenizer
+        ids = prompts(tokenizer)
+        gens = await engine.generate([Prompt(token_ids=p) for p in ids], GREEDY)
+    for p, gen in zip(ids, gens, strict=True):
+        assert gen.token_ids == hf_greedy(model, p, GREEDY.max_new_tokens)
+        assert gen.prompt_tokens == len(p)
+        assert gen.text == tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        assert gen.versions == [0] * len(gen.token_ids)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+async def test_logprobs_match_a_teacher_forced_forward(
+    model: Any, tokenizer: Any, temperature: float
+) -> None:
+    sampling = SamplingParams(temperature=temperature, top_p=0.9, max_new_tokens=16, seed=1)
+    async with HFEngine(model, tokenizer) as engine:
+        ids = prompts(tokenizer)
+        gens = await engine.generate([Prompt(token_ids=p) for p in ids], sampling)
+    for p, gen in zip(ids, gens, strict=True):
+        expected = teacher_forced(model, p, gen.token_ids, temperature)
+        assert gen.logprobs == pytest.approx(expected, abs=1e-4)
+
+
+async def test_concurrent_calls_give_the_sequential_tokens(model: Any, tokenizer: Any) -> None:
+    ids = prompts(tokenizer)
+    requests = [(ids[i % 3][: 5 + 7 * i], 4 + 5 * i) for i in range(6)]  # lengths and budgets vary
+    async with HFEngine(model, tokenizer, max_batch=3) as engine:  # 6 requests over 3 slots
+        sequential = []
+        for p, n in requests:
+            [gen] = await engine.generate(
+                [Prompt(token_ids=p)], SamplingParams(temperature=0, max_new_tokens=n)
+            )
+            sequential.append(gen)
+        calls = [
+            engine.generate([Prompt(token_ids=p)], SamplingParams(temperature=0, max_new_tokens=n))
+            for p, n in requests
+        ]
+        concurrent = [g for [g] in await asyncio.gather(*calls)]
+    assert [g.token_ids for g in concurrent] == [g.token_ids for g in sequential]
+    for (_, n), gen in zip(requests, concurrent, strict=True):
+        assert len(gen.token_ids) == n or gen.finish_reason is FinishReason.STOP
+
+
+async def test_seeded_sampling_is_reproducible(model: Any, tokenizer: Any) -> None:
+    [p] = prompts(tokenizer)[:1]
+
+    def params(seed: int) -> SamplingParams:
+        return SamplingParams(temperature=1.0, top_k=50, max_new_tokens=12, seed=seed)
+
+    async with HFEngine(model, tokenizer) as engine:
+        [a] = await engine.generate([Prompt(token_ids=p)], params(7))
+        # The same seed again, this time sharing decode steps with other requests.
+        b, _ = await engine.generate([Prompt(token_ids=p), Prompt(token_ids=p[:4])], params(7))
+        [c] = await engine.generate([Prompt(token_ids=p)], params(8))
+    assert a.token_ids == b.token_ids
+    assert a.token_ids != c.token_ids
+
+
+async def test_stop_strings_and_lengths_set_the_finish_reason(model: Any, tokenizer: Any) -> None:
+    p = prompts(tokenizer)[1]
+    async with HFEngine(model, tokenizer, max_len=len(p) + 5) as engine:
+        [full] = await engine.generate(
+            [Prompt(token_ids=p)], SamplingParams(temperature=0, max_new_tokens=3)
+        )
+        assert full.finish_reason is FinishReason.LENGTH and len(full.token_ids) == 3
+        [capped] = await engine.generate([Prompt(token_ids=p)], GREEDY)
+        assert capped.finish_reason is FinishReason.LENGTH and len(capped.token_ids) == 5
+        [none] = await engine.generate([Prompt(token_ids=p + p)], GREEDY)
+        assert none.finish_reason is FinishReason.LENGTH and none.token_ids == []
+
+    async with HFEngine(model, tokenizer) as engine:
+        sampled = SamplingParams(temperature=1.0, max_new_tokens=24, seed=0)
+        [long] = await engine.generate([Prompt(token_ids=p)], sampled)
+        # The first visible token past the third that the text before it does not contain.
+        stop, at = next(
+            (text, i)
+            for i in range(3, len(long.token_ids))
+            if (text := tokenizer.decode(long.token_ids[i : i + 1]).strip())
+            and text not in tokenizer.decode(long.token_ids[:i])
+        )
+        with_stop = sampled.model_copy(update={"stop": [stop]})
+        [cut] = await engine.generate([Prompt(token_ids=p)], with_stop)
+    assert cut.finish_reason is FinishReason.STOP
+    assert stop in cut.text and len(cut.token_ids) == at + 1
+    assert cut.token_ids == long.token_ids[: len(cut.token_ids)]
+    assert stop not in tokenizer.decode(cut.token_ids[:-1], skip_special_tokens=True)
+
+
+async def test_eos_ends_a_sequence_and_is_kept(model: Any, tokenizer: Any) -> None:
+    p = prompts(tokenizer)[0]
+    with torch.no_grad():  # make the EOS id the most likely next token everywhere
+        model.lm_head.weight[tokenizer.eos_token_id] = model.model.norm.weight.sign() * 10
+    async with HFEngine(model, tokenizer) as engine:
+        [gen] = await engine.generate([Prompt(token_ids=p)], GREEDY)
+    assert gen.token_ids == [tokenizer.eos_token_id]
+    assert gen.finish_reason is FinishReason.STOP and gen.text == ""
+
+
+async def test_update_weights_mid_generation(
+    model: Any, tokenizer: Any, tiny_model_dir: Path
+) -> None:
+    p = prompts(tokenizer)[0]
+    long = SamplingParams(temperature=0, max_new_tokens=150)
+    other = load_model(tiny_model_dir, "float32")
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name in (
+            "model.embed_tokens.weight",
+            "model.layers.0.self_attn.q_proj.weight",
+            "model.layers.1.mlp.gate_proj.weight",
+        ):
+            other.get_parameter(name).normal_(0, 0.5)
+    new = {n: t.clone() for n, t in other.state_dict().items() if "layers.1" in n or "embed" in n}
+    new["model.layers.0.self_attn.q_proj.weight"] = other.get_parameter(
+        "model.layers.0.self_attn.q_proj.weight"
+    ).clone()
+    async with HFEngine(model, tokenizer, max_batch=2) as engine:
+        [before] = await engine.generate([Prompt(token_ids=p)], long)
+        task = asyncio.create_task(engine.generate([Prompt(token_ids=p)], long))
+        await asyncio.sleep(0)  # the call is queued
+        while engine._waiting or not engine._active or len(engine._active[0].tokens) < 3:
+            await asyncio.sleep(0.001)
+        await engine.update_weights(WeightUpdate(version=1, state_dict=new))
+        assert engine.version == 1
+        [mixed] = await task
+        [after] = await engine.generate([Prompt(token_ids=p)], GREEDY)
+    switch = mixed.versions.index(1)
+    assert 3 <= switch < len(mixed.versions) and set(mixed.versions[switch:]) == {1}
+    assert mixed.token_ids[:switch] == before.token_ids[:switch]
+    assert mixed.token_ids != before.token_ids[: len(mixed.token_ids)]
+    assert after.versions == [1] * len(after.token_ids)
+    assert after.token_ids == hf_greedy(other, p, GREEDY.max_new_tokens)  # fused copies refreshed
+
+
+async def test_update_weights_from_a_safetensors_directory(
+    model: Any, tokenizer: Any, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    other = load_model(tiny_model_dir, "float32")
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for param in other.parameters():
+            param.add_(torch.randn_like(param) * 0.3)
+    other.save_pretrained(tmp_path)
+    p = prompts(tokenizer)[2]
+    async with HFEngine(model, tokenizer) as engine:
+        await engine.update_weights(WeightUpdate(version=5, path=str(tmp_path)))
+        [gen] = await engine.generate([Prompt(token_ids=p)], GREEDY)
+    assert gen.versions == [5] * len(gen.token_ids)
+    assert gen.token_ids == hf_greedy(other, p, GREEDY.max_new_tokens)
+
+
+async def test_bad_requests_and_updates_raise_engine_error(model: Any, tokenizer: Any) -> None:
+    async with HFEngine(model, tokenizer) as engine:
+        for prompt in (
+            Prompt(messages=[{"role": "user", "content": "hi"}]),
+            Prompt(token_ids=[]),
+            Prompt(token_ids=[1, 10**7]),
+        ):
+            with pytest.raises(EngineError):
+                await engine.generate([prompt], GREEDY)
+        with pytest.raises(EngineError, match="unknown"):
+            await engine.update_weights(WeightUpdate(version=1, state_dict={"nope": torch.ones(1)}))
+        with pytest.raises(EngineError, match="shape"):
+            bad = {"model.norm.weight": torch.ones(3)}
+            await engine.update_weights(WeightUpdate(version=1, state_dict=bad))
+        with pytest.raises(EngineError, match="LoRA"):
+            await engine.update_weights(WeightUpdate(version=1, path="x", adapter=True))
+        assert engine.version == 0
+
+
+async def test_a_failing_step_fails_its_callers_and_the_engine_goes_on(
+    model: Any, tokenizer: Any
+) -> None:
+    p = prompts(tokenizer)[0]
+    async with HFEngine(model, tokenizer) as engine:
+        decode = engine._decoder.decode
+
+        def broken(tokens: list[int], positions: list[int]) -> torch.Tensor:
+            engine._decoder.decode = decode  # type: ignore[method-assign]
+            raise RuntimeError("boom")
+
+        engine._decoder.decode = broken  # type: ignore[method-assign]
+        with pytest.raises(EngineError, match="boom"):
+            await engine.generate([Prompt(token_ids=p)], GREEDY)
+        [gen] = await engine.generate([Prompt(token_ids=p)], GREEDY)
+    assert gen.token_ids == hf_greedy(model, p, GREEDY.max_new_tokens)
+
+
+async def test_cancel_frees_the_slot_and_close_aborts(model: Any, tokenizer: Any) -> None:
+    p = prompts(tokenizer)[0]
+    engine = HFEngine(model, tokenizer, max_batch=1)
+    endless = SamplingParams(temperature=0, max_new_tokens=100_000)
+    task = asyncio.create_task(engine.generate([Prompt(token_ids=p)], endless))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [gen] = await asyncio.wait_for(engine.generate([Prompt(token_ids=p)], GREEDY), 30)
+    assert len(gen.token_ids) > 0  # the only slot was given back
+
+    in_flight = asyncio.create_task(engine.generate([Prompt(token_ids=p)], endless))
+    await asyncio.sleep(0)  # the call is queued
+    while engine._waiting or not engine._active:
+        await asyncio.sleep(0.001)
+    await engine.close()
+    [aborted] = await in_flight
+    assert aborted.finish_reason is FinishReason.ABORT and aborted.token_ids
+    with pytest.raises(EngineError, match="closed"):
+        await engine.generate([Prompt(token_ids=p)], GREEDY)
+    with pytest.raises(EngineError, match="closed"):
+        await engine.update_weights(WeightUpdate(version=1, state_dict={}))
+
+
+async def test_other_architectures_take_the_generic_path(tokenizer: Any) -> None:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=512,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    gpt2 = GPT2LMHeadModel(config).eval()
+    ids = prompts(tokenizer)[:2]
+    async with HFEngine(gpt2, tokenizer, max_batch=2) as engine:
+        assert not engine.fast_path
+        gens = await engine.generate([Prompt(token_ids=p) for p in ids], GREEDY)
+    for p, gen in zip(ids, gens, strict=True):
+        assert gen.token_ids == hf_greedy(gpt2, p, GREEDY.max_new_tokens)
