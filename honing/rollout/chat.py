@@ -90,6 +90,8 @@ def first_messages(observation: Observation, system_prompt: str | None, *,
                    describe_tools: bool, system_role: bool = True) -> list[Message]:  # fmt: skip
     """The system message (tools described unless the template renders them) and the task."""
     system = system_message(observation.tools, system_prompt, describe_tools)
+    if not system:  # system_prompt "" and nothing to describe: no system message at all
+        return [{"role": "user", "content": observation.text}]
     if not system_role:  # a template that refuses a system role gets it in the first message
         return [{"role": "user", "content": f"{system}\n\n{observation.text}"}]
     return [{"role": "system", "content": system}, {"role": "user", "content": observation.text}]
