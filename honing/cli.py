@@ -5,6 +5,11 @@
     honing sandbox runtime build NAME -r F   build a named runtime (interpreter + pip packages)
     honing sandbox runtime list              list built runtimes
     honing eval --tasks SPEC --policy NAME   evaluate a policy: single step, trajectory, end to end
+                                             (NAME: reference, noop, model:PATH, openai:URL)
+    honing rollout --tasks SPEC --model M --out DIR   generate trajectories into a store
+    honing store query RUN "SQL"             query a run's trajectories with DuckDB
+    honing store describe RUN                the views and columns a query can use
+    honing check-template MODEL              is the model's chat template safe for multi-turn RL?
 
 Machine-readable output goes to stdout; human-readable progress and errors go to stderr (rich).
 """
@@ -12,12 +17,14 @@ Machine-readable output goes to stdout; human-readable progress and errors go to
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -33,6 +40,10 @@ from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
 from honing.tasks import CodeTask, TaskSet, Verification, apply_quality_filter, load_tasks
 from honing.tasks.quality import code_program
 
+if TYPE_CHECKING:
+    from honing.rollout.agent import AgentConfig
+    from honing.rollout.engines.base import Engine, SamplingParams
+
 app = typer.Typer(
     help="honing: post-train language models with RL in real, verifiable environments.",
     no_args_is_help=True,
@@ -44,8 +55,10 @@ runtime_app = typer.Typer(
     help="Named sandbox runtimes: interpreter + pip packages.", no_args_is_help=True
 )
 tasks_app = typer.Typer(help="Task sets: load, validate, verify.", no_args_is_help=True)
+store_app = typer.Typer(help="A run's stored trajectories.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(store_app, name="store")
 sandbox_app.add_typer(runtime_app, name="runtime")
 err = Console(stderr=True, soft_wrap=True)
 
@@ -307,7 +320,13 @@ def eval_command(
     tasks: Annotated[
         str, typer.Option(help="Task set: built-in name (humaneval), path or fsspec URL.")
     ],
-    policy: Annotated[str, typer.Option(help=f"Who acts: {', '.join(POLICIES)}.")],
+    policy: Annotated[
+        str,
+        typer.Option(
+            help=f"Who acts: {', '.join(POLICIES)}, model:PATH (a local model directory, or "
+            "model:default for the embedded SmolLM2) or openai:URL[#MODEL] (a server)."
+        ),
+    ],
     k: Annotated[int, typer.Option("--k", help="Episodes (samples) per task; pass@k up to k.")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     max_steps: Annotated[
@@ -319,6 +338,17 @@ def eval_command(
     concurrency: Annotated[
         int | None, typer.Option(help="Episodes at once (default: twice the pool's cells).")
     ] = None,
+    max_new_tokens: Annotated[
+        int, typer.Option(help="Model policies: tokens per model turn at most.")
+    ] = 512,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            help="Model policies: sampling temperature (default: 0, greedy, for k=1; 1 otherwise)."
+        ),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Model policies: sampling seed.")] = None,
+    dtype: Annotated[str, typer.Option(help="model:PATH: auto, bfloat16, float32.")] = "auto",
     isolation: Isolation = "bwrap",
 ) -> None:
     """Evaluate a policy on a task set: end-to-end success and pass@k, single-step and trajectory
@@ -328,9 +358,11 @@ def eval_command(
     the exit status is then 3, so a run with an incomplete result is never mistaken for a clean one.
     """
     try:
-        if policy not in POLICIES:
-            raise ConfigError(f"--policy {policy!r}: unknown; allowed: {', '.join(POLICIES)}")
-        chosen = make_policy(policy)
+        model_policy = policy.startswith(("model:", "openai:"))
+        if not model_policy and policy not in POLICIES:
+            raise ConfigError(f"--policy {policy!r}: unknown; allowed: {', '.join(POLICIES)}, "
+                              "model:PATH, openai:URL")  # fmt: skip
+        chosen = None if model_policy else make_policy(policy)
         if k < 1:
             raise ConfigError(f"--k {k}: must be at least 1")
         if concurrency is not None and concurrency < 1:
@@ -351,18 +383,32 @@ def eval_command(
     config = _sandbox_config(isolation=isolation)
     total = len(taskset.tasks) * k
 
+    async def run(pool: SandboxPool, on_episode: Callable[[Any], None] | None) -> EvalReport:
+        if chosen is not None:
+            return await evaluate(taskset, chosen, pool, k=k, config=env_config,
+                                  concurrency=concurrency, on_episode=on_episode)  # fmt: skip
+        from honing.eval.model import evaluate_engine
+
+        engine = _make_engine(policy, dtype)
+        sampling = _sampling(max_new_tokens, 0.0 if k == 1 else 1.0, temperature, seed)
+        agent = _agent_config(sampling, env_config.max_steps)
+        try:
+            return await evaluate_engine(taskset, engine, pool, name=policy, k=k,
+                                         config=env_config, agent=agent,
+                                         concurrency=concurrency or 32,
+                                         on_episode=on_episode)  # fmt: skip
+        finally:
+            await engine.close()
+
     async def go() -> EvalReport:
         async with SandboxPool(config) as pool:
             if json_out:
-                return await evaluate(taskset, chosen, pool, k=k, config=env_config,
-                                      concurrency=concurrency)  # fmt: skip
+                return await run(pool, None)
             columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                        TimeElapsedColumn())  # fmt: skip
             with Progress(*columns, console=err, transient=True) as progress:
-                bar = progress.add_task(f"eval {taskset.name} · {chosen.name}", total=total)
-                return await evaluate(taskset, chosen, pool, k=k, config=env_config,
-                                      concurrency=concurrency,
-                                      on_episode=lambda _: progress.advance(bar))  # fmt: skip
+                bar = progress.add_task(f"eval {taskset.name} · {policy}", total=total)
+                return await run(pool, lambda _: progress.advance(bar))
 
     try:
         result = asyncio.run(go())
@@ -433,6 +479,180 @@ def _eval_table(title: str, columns: list[str]) -> Table:
     for col in columns:
         table.add_column(col, justify="right")
     return table
+
+
+# -- rollout ---------------------------------------------------------------------------------
+def _make_engine(spec: str, dtype: str, max_batch: int = 32) -> Engine:
+    from honing.rollout.engines import make_engine
+
+    if dtype not in ("auto", "bfloat16", "float16", "float32"):
+        raise ConfigError(f"--dtype {dtype!r}: allowed: auto, bfloat16, float16, float32")
+    err.print(f"loading engine {spec} …", highlight=False)
+    return make_engine(spec, dtype=dtype, max_batch=max_batch)  # type: ignore[arg-type]
+
+
+def _sampling(
+    max_new_tokens: int, default_temperature: float, temperature: float | None, seed: int | None
+) -> SamplingParams:
+    from honing.rollout.engines.base import SamplingParams
+
+    values: dict[str, object] = {
+        "max_new_tokens": max_new_tokens,
+        "seed": seed,
+        "temperature": default_temperature if temperature is None else temperature,
+    }
+    return validate_model(SamplingParams, values, source="command line")  # fmt: skip
+
+
+def _agent_config(sampling: SamplingParams, max_turns: int) -> AgentConfig:
+    from honing.rollout.agent import AgentConfig
+
+    return AgentConfig(sampling=sampling, max_turns=max_turns)
+
+
+@app.command("rollout")
+def rollout_command(
+    tasks: Annotated[str, typer.Option(help="Task set: built-in name, path or fsspec URL.")],
+    model: Annotated[
+        str,
+        typer.Option(
+            help="default (the embedded SmolLM2), a model directory, or "
+            "openai:URL[#MODEL] (a vLLM/SGLang/honing server)."
+        ),
+    ],
+    out: Annotated[Path, typer.Option(help="Run directory: trajectories go to its store.")],
+    n: Annotated[int, typer.Option("--n", help="Samples per task (the group size).")] = 1,
+    max_turns: Annotated[int, typer.Option(help="Model turns (env steps) per episode.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens per model turn at most.")] = 512,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 1.0,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
+    shard: Annotated[str | None, typer.Option(help="Only shard I/N of the tasks.")] = None,
+    engine_slots: Annotated[
+        int, typer.Option(help="Episodes generating at once (the engine batches them).")
+    ] = 32,
+    dtype: Annotated[str, typer.Option(help="Local models: auto, bfloat16, float32.")] = "auto",
+    isolation: Isolation = "bwrap",
+) -> None:
+    """Offline generation: N trajectories per task through the async scheduler, written to the
+    trajectory store in OUT (Parquet; query with `honing store query OUT "SQL"`), then a summary.
+    """
+    from honing.rollout.offline import rollout
+    from honing.rollout.scheduler import SchedulerConfig
+    from honing.store import format_summary
+
+    try:
+        if n < 1:
+            raise ConfigError(f"--n {n}: must be at least 1")
+        if limit is not None and limit < 1:
+            raise ConfigError(f"--limit {limit}: must be at least 1")
+        sampling = _sampling(max_new_tokens, 1.0, temperature, seed)
+        agent = _agent_config(sampling, max_turns)
+        scheduler = validate_model(SchedulerConfig, {"engine_slots": engine_slots},
+                                   source="command line")  # fmt: skip
+        taskset = load_tasks(tasks)
+        if shard is not None:
+            taskset = taskset.shard(*_parse_shard(shard))
+        if limit is not None:
+            taskset = dataclasses.replace(taskset, tasks=taskset.tasks[:limit])
+        if not taskset.tasks:
+            raise ConfigError(f"--tasks {tasks!r}: no valid tasks")
+        check_domains(taskset.tasks)
+        engine = _make_engine(model, dtype, max_batch=engine_slots)
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    config = _sandbox_config(isolation=isolation)
+    total = len(taskset.tasks)
+
+    async def go() -> Any:
+        try:
+            async with SandboxPool(config) as pool:
+                columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), TextColumn("{task.fields[status]}"))  # fmt: skip
+                with Progress(*columns, console=err, transient=True) as progress:
+                    bar = progress.add_task(f"rollout {taskset.name} · n={n}", total=total,
+                                            status="")  # fmt: skip
+                    passed = seen = 0
+
+                    def on_group(group: Any) -> None:
+                        nonlocal passed, seen
+                        seen += len(group.trajectories)
+                        passed += sum(t.success for t in group.trajectories)
+                        progress.update(bar, advance=1, status=f"success {passed}/{seen}")
+
+                    return await rollout(taskset, engine, pool, out=out, n=n, agent=agent,
+                                         scheduler=scheduler, engine_name=model,
+                                         on_group=on_group)  # fmt: skip
+        finally:
+            await engine.close()
+
+    started = time.monotonic()
+    try:
+        summary = asyncio.run(go())
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(format_summary(summary))
+    err.print(f"{out} · {time.monotonic() - started:.1f}s · query it: honing store query {out} "
+              "\"SELECT task_id, reward, ending FROM trajectories\"", highlight=False)  # fmt: skip
+    if summary.overall.infra_failed:
+        raise typer.Exit(3)
+
+
+@store_app.command("query")
+def store_query(
+    run: Annotated[Path, typer.Argument(help="Run directory (the --out of honing rollout).")],
+    sql: Annotated[str, typer.Argument(help="DuckDB SQL over the views trajectories, turns.")],
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per row.")] = False,
+    max_rows: Annotated[int, typer.Option(help="Rows shown at most (table output).")] = 100,
+) -> None:
+    """Run SQL over a run's trajectories (views `trajectories` and `turns`; see `describe`)."""
+    from honing.store import query, rich_table
+
+    try:
+        result = query(run, sql)
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    if json_out:
+        for row in result.rows:
+            typer.echo(json.dumps(dict(zip(result.columns, row, strict=True)), default=str))
+        return
+    Console().print(rich_table(result, max_rows=max_rows))
+
+
+@store_app.command("describe")
+def store_describe(
+    run: Annotated[Path, typer.Argument(help="Run directory (the --out of honing rollout).")],
+) -> None:
+    """List the views a query can use and their columns."""
+    from honing.store import describe
+    from honing.store.query import format_views
+
+    try:
+        views = describe(run)
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(format_views(views))
+
+
+@app.command("check-template")
+def check_template_command(
+    model: Annotated[str, typer.Argument(help="default, or a local model directory.")],
+    chat_template: Annotated[
+        Path | None, typer.Option(help="Check this Jinja template instead of the model's.")
+    ] = None,
+) -> None:
+    """Check that MODEL's chat template is safe for multi-turn RL: each turn's rendering is a
+    prefix of the next (in text and in tokens), turns end with an end-of-turn token, and tools can
+    be described. Explains the fix for each problem; exits 1 when there is one."""
+    from honing.rollout.template_check import check_model
+
+    try:
+        report = check_model(model, chat_template=chat_template)
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    typer.echo(report.text())
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -23,6 +23,11 @@ COMMANDS = [
     ["tasks"],
     ["tasks", "check"],
     ["eval"],
+    ["rollout"],
+    ["store"],
+    ["store", "query"],
+    ["store", "describe"],
+    ["check-template"],
 ]
 
 

@@ -33,6 +33,9 @@ def _offline() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # honing shows its own progress; theirs floods the terminal
 
 
 def models_home() -> Path:

@@ -1,0 +1,56 @@
+"""Inference engines behind one contract (`base.Engine`), and `make_engine` to pick one by name.
+
+    make_engine("default")                        hf: the embedded SmolLM2-135M-Instruct, local
+    make_engine("model:PATH") / make_engine(PATH) hf: a local transformers model directory
+    make_engine("openai:http://host:8000/v1")     openai: a vLLM/SGLang/honing server (chat mode)
+    make_engine("openai:http://host:8000/v1#name") … with the served model's name
+
+    hf         honing.rollout.engines.hf        continuous batching with a static KV cache
+    openai     honing.rollout.engines.openai    any OpenAI-compatible server, retries, reloads
+    scripted   honing.rollout.engines.scripted  deterministic completions, simulated latency
+
+Not covered here: remote engine workers on Ray (`honing.rollout.ray_backend`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from honing.errors import ConfigError
+from honing.rollout.engines.base import (
+    Engine,
+    FinishReason,
+    Generation,
+    Prompt,
+    SamplingParams,
+    WeightUpdate,
+)
+
+Dtype = Literal["auto", "bfloat16", "float16", "float32"]
+
+
+def make_engine(spec: str, *, dtype: Dtype = "auto", max_batch: int = 32) -> Engine:
+    """The engine a command-line spec names (see the module docstring)."""
+    if spec.startswith("openai:"):
+        from honing.rollout.engines.openai import OpenAIConfig, OpenAIEngine
+
+        url, _, model = spec.removeprefix("openai:").partition("#")
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"engine {spec!r}: expected openai:http(s)://HOST:PORT/v1[#MODEL]")
+        return OpenAIEngine(OpenAIConfig(base_url=url, model=model or "default"))
+    if spec.startswith("scripted:"):
+        raise ConfigError("the scripted engine is built in code (ScriptedEngine), not by name")
+    from honing.rollout.engines.hf import HFEngine
+
+    return HFEngine.load(spec.removeprefix("model:"), dtype=dtype, max_batch=max_batch)
+
+
+__all__ = [
+    "Engine",
+    "FinishReason",
+    "Generation",
+    "Prompt",
+    "SamplingParams",
+    "WeightUpdate",
+    "make_engine",
+]
