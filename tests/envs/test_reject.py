@@ -23,11 +23,15 @@ async def test_reject_is_a_step_with_a_format_penalty(pool: SandboxPool) -> None
     assert result.info.step == 1 and env.steps == 1 and not result.done
     # The model is told what was wrong, in the task state it sees next.
     assert DETAIL in result.observation.text and "malformed output" in result.observation.text
-    # The episode goes on: a good answer afterwards still solves it.
-    answer = Action(tool_calls=[ToolCall(id="a", name="answer", arguments={"value": "391"})])
-    solved = await env.step(answer)
-    assert solved.done and solved.components["outcome"] == 1.0 and solved.info.step == 2
-    assert "Latest errors" not in solved.observation.text
+    # The episode goes on: a good call afterwards works and clears the error.
+    calc = Action(
+        tool_calls=[ToolCall(id="c", name="calculator", arguments={"expression": "17*23"})]
+    )
+    after = await env.step(calc)
+    assert after.info.failure is None and after.components["well_formed"] == 1.0
+    assert after.info.step == 2 and not after.done
+    assert "17*23 = 391" in after.observation.tool_results[0].content
+    assert "Latest errors" not in after.observation.text
 
 
 async def test_reject_counts_against_the_step_limit(pool: SandboxPool) -> None:

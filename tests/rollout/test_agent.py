@@ -284,3 +284,21 @@ async def test_chat_engine_gets_messages_and_tools(pool: SandboxPool, product: A
     assert second[3]["content"] == "347*86 = 29842"
     assert traj.turns[3].tool_calls[0]["function"]["name"] == "answer"
     assert traj.policy_version == 0
+
+
+async def test_hf_engine_episode_is_token_faithful(
+    tiny_model_dir: Path, tok: Any, pool: SandboxPool, product: AnyTask
+) -> None:
+    from honing.rollout.engines.hf import HFEngine
+
+    steps: list[tuple[Observation, StepResult]] = []
+    config = AgentConfig(sampling=SamplingParams(temperature=0, max_new_tokens=12), max_turns=2)
+    async with HFEngine(tiny_model_dir, dtype="float32", max_batch=2) as engine:
+        traj = await run_episode(product, math_env(pool), engine, config,
+                                 on_step=lambda o, a, r: steps.append((o, r)))  # fmt: skip
+    assert traj.steps == 2 and traj.ending is Ending.STEP_LIMIT  # random weights: no answer
+    assert_spans(traj)
+    assert sum(traj.loss_mask) == sum(t.end - t.start for t in traj.turns if t.role == "assistant")
+    assert {traj.versions[i] for i, m in enumerate(traj.loss_mask) if m} == {0}
+    texts = [t.text for t in traj.turns if t.role == "assistant"]
+    assert tok.decode(traj.token_ids) == conversation(tok, texts, steps)
