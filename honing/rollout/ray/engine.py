@@ -1,6 +1,6 @@
 """Engine workers on Ray: each actor hosts one engine; `RayEngine` is the Engine the driver uses.
 
-    spec = EngineSpec.scripted(["\\\\boxed{4}"], tokenizer=model_dir, latency=LatencyModel(...))
+    spec = EngineSpec.hf("/models/qwen3-1.7b")       # or .scripted(...), .named("openai:URL")
     async with RayEngine(spec, WorkerSetConfig(count=2, num_cpus=1)) as engine:
         [gen] = await engine.generate([Prompt(token_ids=ids)], SamplingParams())
         await engine.update_weights(WeightUpdate(version=1, path=...))
@@ -38,6 +38,7 @@ from honing.rollout.ray.actors import ActorSet, Worker
 from honing.rollout.ray.config import WorkerSetConfig
 
 if TYPE_CHECKING:
+    from honing.rollout.engines import Dtype
     from honing.rollout.engines.scripted import LatencyModel
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,23 @@ class EngineSpec:
             return ScriptedEngine(responses, tokenizer=tok, latency=latency, version=version)
 
         return cls(build=build, label="scripted")
+
+    @classmethod
+    def named(cls, spec: str, *, dtype: Dtype = "auto", max_batch: int = 32) -> EngineSpec:
+        """What `make_engine(spec)` builds, in the actor: "default", "model:PATH" (hf, on the
+        actor's device — give the worker set `num_gpus` for a GPU), "openai:URL[#MODEL]"."""
+
+        def build() -> Engine:
+            from honing.rollout.engines import make_engine
+
+            return make_engine(spec, dtype=dtype, max_batch=max_batch)
+
+        return cls(build=build, label="openai" if spec.startswith("openai:") else "hf")
+
+    @classmethod
+    def hf(cls, model: str | Path, *, dtype: Dtype = "auto", max_batch: int = 32) -> EngineSpec:
+        """The hf engine on a model directory (or built-in name) as seen from the actor's node."""
+        return cls.named(f"model:{model}", dtype=dtype, max_batch=max_batch)
 
     @classmethod
     def from_factory(cls, build: Callable[[], Engine], label: str = "") -> EngineSpec:
