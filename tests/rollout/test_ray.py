@@ -83,14 +83,33 @@ async def test_token_engine_sends_its_tokenizer_to_the_driver(smol_dir: Path) ->
         assert "\\boxed{4}" in tokenizer.decode(gen.token_ids, skip_special_tokens=True)
 
 
+def hangs(prompt: Prompt, index: int) -> bool:
+    return "hang" in json.dumps(prompt.messages)
+
+
+def slow_engine() -> ScriptedEngine:
+    return ScriptedEngine(["The answer is \\boxed{4}."], latency=LatencyModel(per_token_s=0.2),
+                          hang_on=hangs)  # fmt: skip
+
+
 async def test_engine_actor_death_raises_worker_lost_and_is_replaced() -> None:
-    spec = EngineSpec.scripted(["The answer is \\boxed{4}."], latency=LatencyModel(per_token_s=0.2))
     prompt = Prompt(messages=[{"role": "user", "content": "2+2?"}])
     sampling = SamplingParams(max_new_tokens=64)
-    async with RayEngine(spec, WorkerSetConfig(count=1, num_cpus=0.5)) as engine:
+    async with RayEngine(EngineSpec.from_factory(slow_engine, "scripted"),
+                         WorkerSetConfig(count=1, num_cpus=0.5)) as engine:  # fmt: skip
         assert not engine.accepts_tokens and engine.tokenizer is None
         [gen] = await engine.generate([prompt], sampling)
         assert "\\boxed{4}" in gen.text
+
+        # a call cancelled here (a deadline) is cancelled in the actor too
+        hung = Prompt(messages=[{"role": "user", "content": "hang"}])
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(engine.generate([hung], sampling), 0.5)
+        [only] = engine.workers.ready_workers()
+        assert only.load == 0
+        async with asyncio.timeout(30):
+            while await only.handle.in_flight.remote():
+                await asyncio.sleep(0.05)
         await engine.update_weights(WeightUpdate(version=3))
         assert engine.version == 3
 

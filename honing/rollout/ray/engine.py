@@ -114,6 +114,7 @@ class EngineHost:
         self._spec = spec
         self._engine: Engine | None = None
         self._forever = asyncio.Event()
+        self._in_flight = 0
 
     async def start(self) -> EngineInfo:
         engine = self._spec.build()
@@ -122,7 +123,16 @@ class EngineHost:
         return EngineInfo(engine.name, engine.accepts_tokens, engine.version, tokenizer)
 
     async def generate(self, prompts: list[Prompt], sampling: SamplingParams) -> list[Generation]:
-        return await self._require().generate(prompts, sampling)
+        engine = self._require()
+        self._in_flight += 1
+        try:
+            return await engine.generate(prompts, sampling)
+        finally:
+            self._in_flight -= 1
+
+    async def in_flight(self) -> int:
+        """`generate` calls running here (a cancelled call on the driver stops here too)."""
+        return self._in_flight
 
     async def update_weights(self, update: WeightUpdate) -> int:
         engine = self._require()
