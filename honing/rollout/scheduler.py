@@ -17,7 +17,8 @@ scheduler's slots. What the scheduler guarantees:
 * **Priority.** Waiting work is ordered by (task priority, higher first; then age, the group's
   submission order). Pending groups start in that order, and episodes waiting for an engine or env
   slot are served in that order too (`honing.rollout.slots`). A group starts as a whole (all `n`
-  samples at once, when `in_flight + n <= max_in_flight`), so no group is left half-started.
+  samples at once, when `in_flight + n <= max_in_flight`, or alone if n is larger), so no group
+  is left half-started.
 * **Backpressure.** At most `max_pending_groups` groups wait to start; `submit` awaits beyond.
 * **Retries, infrastructure only.** A runner that raises `InfraFailure` (or an `EngineError`,
   `WorkerLost`, `SandboxError`, `DeadlineExceeded` directly) is retried with exponential backoff
@@ -40,7 +41,7 @@ scheduler's slots. What the scheduler guarantees:
   (tokens carry versions); the scheduler only measures.
 * **Admission control** (so generation does not run far ahead of the consumer): a new group is
   not started while `max_ready_groups` finished groups wait unconsumed in `results()`; and when
-  both `max_staleness` and `groups_per_version` are set, AReaL's rule (Fu et al. 2025, §4.2):
+  both `max_staleness` and `groups_per_version` are set, AReaL's staleness rule (Fu et al. 2025):
   the k-th group (k counted from 1 since the scheduler started) starts only once
   `k <= (version() - version_at_start + max_staleness + 1) * groups_per_version`. Episodes of
   started groups and their retries are never held back, so a started group always completes.

@@ -59,7 +59,7 @@ class Retry:
     """One attempt that failed for an infrastructure reason and was started again."""
 
     attempt: int
-    stage: str  # setup | generate | step | scoring | episode
+    stage: str  # setup | generate | step | scoring | episode; "stale": re-issued for staleness
     cause: str  # the exception type and message
     at_s: float  # seconds since the episode was first started
 
