@@ -290,7 +290,7 @@ async def test_other_architectures_take_the_generic_path(tokenizer: Any) -> None
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,
     )
-    gpt2 = GPT2LMHeadModel(config).eval()
+    gpt2 = GPT2LMHeadModel(config).eval()  # type: ignore[no-untyped-call]
     ids = prompts(tokenizer)[:2]
     async with HFEngine(gpt2, tokenizer, max_batch=2) as engine:
         assert not engine.fast_path

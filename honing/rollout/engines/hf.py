@@ -54,7 +54,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,10 +130,13 @@ class HFEngine:
         max_len: int | None = None,
         version: int = 0,
         seed: int | None = None,
+        eos_ids: Collection[int] | None = None,
     ) -> None:
         """`model`: a model directory (or a built-in name such as "default") or a loaded causal
         LM (used as is: its dtype and device). `max_batch`: sequences decoded together; more
-        wait. `max_len`: prompt + completion at most (default: the model's, capped at 4096)."""
+        wait. `max_len`: prompt + completion at most (default: the model's, capped at 4096).
+        `eos_ids`: the ids that end a sequence (default: the tokenizer's, the config's and the
+        generation config's; empty: never stop on a token, as benchmarks need)."""
         from honing.rollout.models import load_model, load_tokenizer, resolve_model
 
         if max_batch < 1:
@@ -158,7 +161,7 @@ class HFEngine:
         self.max_len = max_len or min(limit, DEFAULT_MAX_LEN)
         self.max_batch = max_batch
         self.vocab_size = model.get_input_embeddings().weight.shape[0]
-        self.eos_ids = _eos_ids(model, tokenizer)
+        self.eos_ids = _eos_ids(model, tokenizer) if eos_ids is None else frozenset(eos_ids)
         self.fast_path = fast_path_reason(model) is None
         self._decoder: Decoder = make_decoder(model, slots=max_batch, max_len=self.max_len)
         self._version = version
