@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 
 from honing.config import SandboxConfig  # noqa: E402
 from honing.envs.base import Action, ToolCall  # noqa: E402
-from honing.errors import WorkerLost  # noqa: E402
+from honing.errors import HoningError, WorkerLost  # noqa: E402
 from honing.rollout.agent import AgentConfig  # noqa: E402
 from honing.rollout.engines.base import Prompt, SamplingParams, WeightUpdate  # noqa: E402
 from honing.rollout.engines.scripted import LatencyModel, ScriptedEngine  # noqa: E402
@@ -136,6 +136,21 @@ async def test_engine_actor_death_raises_worker_lost_and_is_replaced() -> None:
         assert engine.size == 1 and engine.workers.alive == 1
         [gen] = await engine.generate([prompt], sampling)
         assert gen.text
+
+        # growth the cluster has no room for: the set stays as it is, and keeps serving
+        engine.workers.config = WorkerSetConfig(num_cpus=0.5, resources={"sandbox": 5},
+                                                start_timeout_s=1)  # fmt: skip
+        await engine.resize(2)
+        assert engine.size == 1 and engine.workers.alive == 1
+        [gen] = await engine.generate([prompt], sampling)
+        assert gen.text
+
+
+async def test_unplaceable_workers_fail_with_their_resource_request() -> None:
+    config = WorkerSetConfig(count=1, num_cpus=0.5, resources={"gpu-node": 1}, start_timeout_s=1)
+    with pytest.raises(HoningError, match="gpu-node=1"):
+        async with RayEngine(EngineSpec.scripted(["hi"]), config):
+            pass
 
 
 def calculator(expression: str) -> Action:

@@ -24,6 +24,7 @@ The hosted class must define `async start()`, `async watch()` (never returns) an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import itertools
 import logging
@@ -88,7 +89,8 @@ class ActorSet:
         self._prefix = f"honing-{kind}-{uuid.uuid4().hex[:6]}"
         self._ids = itertools.count()
         self._start_failures = 0
-        self._broken: str | None = None
+        self._broken: str | None = None  # set after MAX_START_FAILURES failed starts in a row
+        self._last_failure = ""
         self._closed = False
         self.replaced = 0  # actors started to replace dead ones
 
@@ -99,20 +101,32 @@ class ActorSet:
         return self._target
 
     async def resize(self, n: int) -> None:
-        """Grow to `n` actors (returns once the new ones serve) or shrink (drains the least
-        loaded; they stop once idle)."""
+        """Grow to `n` actors (draining ones are taken back first; returns once the new ones
+        serve, or could not be placed) or shrink (drains the least loaded; each stops once
+        idle). A set that keeps failing to start does not grow."""
         if n < 0:
             raise ValueError(f"a worker set cannot have {n} actors")
-        self._check_open()
-        self._target = n
+        if self._closed:
+            raise HoningError(f"the {self.kind} worker set is closed")
         active = self._active()
+        if n > len(active) and self._broken:
+            log.warning("%s: not growing to %d", self._broken, n)
+            return
+        self._target = n
+        for worker in [w for w in self._workers if w.state is WorkerState.DRAINING]:
+            if len(active) >= n:
+                break
+            worker.state = WorkerState.READY  # still running: take it back
+            active.append(worker)
         for _ in range(n - len(active)):
             self._spawn()
         for worker in sorted(active, key=lambda w: (w.state is WorkerState.READY, w.load))[
             : max(len(active) - n, 0)
         ]:
             self._drain(worker)
-        await self.wait_alive(n)
+        self._changed.set()
+        with contextlib.suppress(HoningError):  # broken meanwhile: serve with what is there
+            await self.wait_alive(n)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -122,6 +136,8 @@ class ActorSet:
             for _ in range(self._target):
                 self._spawn()
             await self.wait_alive()
+            if self.alive < self.config.count:
+                raise HoningError(f"{self.kind} workers: {self._last_failure}")
         except BaseException:
             await self.close()
             raise
@@ -159,8 +175,9 @@ class ActorSet:
         """The least loaded serving actor, with `load` added; waits while none serves (a
         replacement starting). Pair with `release`."""
         while True:
-            self._check_open()
             ready = self.ready_workers()
+            if not ready or self._closed:
+                self._check_open()  # broken (no replacement comes) or closed: raise
             if ready:
                 worker = min(ready, key=lambda w: w.load)
                 worker.load += load
@@ -223,17 +240,24 @@ class ActorSet:
         except Exception as exc:
             if worker.state is WorkerState.DEAD:
                 return
-            self._start_failures += 1
+            unplaced = isinstance(exc, TimeoutError | GetTimeoutError)
             reason = (
-                f"no node offers {self._request()} within {timeout:g}s (see `ray status`)"
-                if isinstance(exc, TimeoutError | GetTimeoutError)
+                f"not started within {timeout:g}s: no node offers {self._request()} (see "
+                "`ray status`), or starting takes longer (raise start_timeout_s)"
+                if unplaced
                 else _brief(exc)
             )
+            self._last_failure = reason
             log.warning("%s worker %s failed to start: %s", self.kind, worker.id, reason)
-            self._lost(worker, exc, replace=self._start_failures < MAX_START_FAILURES)
-            if self._start_failures >= MAX_START_FAILURES:
-                self._broken = f"{self.kind} workers fail to start: {reason}"
-                self._changed.set()
+            if unplaced:  # the cluster has no room: the set stays smaller, nothing is broken
+                self._target = max(self._target - 1, 0)
+                log.warning("%s workers: size lowered to %d", self.kind, self._target)
+            else:
+                self._start_failures += 1
+                if self._start_failures >= MAX_START_FAILURES:
+                    self._broken = f"{self.kind} workers fail to start: {reason}"
+                    log.error("%s; no more replacements", self._broken)
+            self._lost(worker, exc)
             return
         if worker.state is not WorkerState.STARTING:  # drained or lost meanwhile
             return
@@ -273,7 +297,7 @@ class ActorSet:
             self._spawn_task(self._retire(worker))
 
     async def _retire(self, worker: Worker) -> None:
-        if worker.state is WorkerState.DEAD:
+        if worker.state is not WorkerState.DRAINING:  # taken back by a resize, or gone
             return
         worker.state = WorkerState.DEAD
         self._forget(worker)
