@@ -156,6 +156,7 @@ class StepInfo(_Record):
     step_s: float = 0.0
     tool_s: dict[str, float] = Field(default_factory=dict)  # seconds per tool this step
     logs: list[str] = Field(default_factory=list)  # raw tool output, for the trajectory
+    step_limit: bool = False  # this step was the last one allowed and ended the episode
 
     @property
     def infrastructure(self) -> bool:
@@ -280,8 +281,10 @@ class Environment(abc.ABC):
             self.done = self.done or episode
         if not self.done and self.steps >= self.config.max_steps:
             self.done = True
+            limit: dict[str, Any] = {"step_limit": True}
             if info.failure is None:
-                info = info.model_copy(update={"failure": FailureReason.STEP_LIMIT})
+                limit["failure"] = FailureReason.STEP_LIMIT
+            info = info.model_copy(update=limit)
         info = info.model_copy(update={"step": self.steps,
                                        "step_s": time.monotonic() - started})  # fmt: skip
         if info.failure is None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -264,9 +265,14 @@ class _Episode:
         if left < 1:
             return None
         sampling = self.config.sampling
+        update: dict[str, object] = {}
         if sampling.max_new_tokens > left:
-            sampling = sampling.model_copy(update={"max_new_tokens": left})
-        return sampling
+            update["max_new_tokens"] = left
+        if sampling.seed is not None:
+            # One seed per (task, sample, turn): reproducible, yet the samples of a group differ.
+            key = f"{sampling.seed}/{self.task.id}/{self.traj.sample}/{len(self.traj.turns)}"
+            update["seed"] = int.from_bytes(hashlib.sha256(key.encode()).digest()[:7], "big")
+        return sampling.model_copy(update=update) if update else sampling
 
     async def _generate(self, sampling: SamplingParams) -> tuple[Generation, int, float]:
         if self.transcript is not None:
@@ -357,8 +363,9 @@ class _Episode:
 
     def _end_by(self, result: StepResult) -> None:
         failure = result.info.failure
-        if failure is FailureReason.STEP_LIMIT:
-            self._end(Ending.STEP_LIMIT, failure.value, result.info.detail)
+        if failure is FailureReason.STEP_LIMIT or result.info.step_limit:
+            # The step's own failure (a malformed last action…) stays the failure named.
+            self._end(Ending.STEP_LIMIT, failure.value if failure else None, result.info.detail)
         elif failure is FailureReason.EPISODE_TIMEOUT:
             self._end(Ending.TIMEOUT, failure.value, result.info.detail)
         else:

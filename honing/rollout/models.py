@@ -35,7 +35,8 @@ def _offline() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     from transformers.utils import logging
 
-    logging.disable_progress_bar()  # honing shows its own progress; theirs floods the terminal
+    # honing shows its own progress; transformers' bars would flood the terminal.
+    logging.disable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def models_home() -> Path:

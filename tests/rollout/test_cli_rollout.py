@@ -47,6 +47,14 @@ def test_rollout_writes_a_queryable_store(tiny_model_dir: Path, tmp_path: Path) 
                   "--json")  # fmt: skip
     assert json.loads(proc.stdout)["n"] == masked
 
+    # A seed makes the run reproducible, yet the samples of a group differ.
+    sql = "SELECT count(DISTINCT token_ids::VARCHAR) AS n FROM trajectories GROUP BY task_id"
+    proc = honing("store", "query", str(out), sql, "--json")
+    assert [json.loads(line)["n"] for line in proc.stdout.splitlines()] == [2, 2, 2]
+    # A random model never submits an answer: every episode runs out of steps.
+    proc = honing("store", "query", str(out), "SELECT DISTINCT ending FROM trajectories", "--json")
+    assert json.loads(proc.stdout) == {"ending": "step_limit"}
+
     proc = honing("store", "describe", str(out))
     assert proc.returncode == 0 and "trajectories" in proc.stdout and "turns" in proc.stdout
 
