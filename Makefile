@@ -45,6 +45,9 @@ test: setup lint
 
 bench: setup
 	$(PY) benchmarks/sandbox_humaneval.py
+	$(PY) benchmarks/generation.py
+	$(PY) benchmarks/async_vs_sync.py
+	$(PY) benchmarks/scheduler_scale.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
