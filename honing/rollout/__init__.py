@@ -1,0 +1,28 @@
+"""The rollout layer: tasks in, token-faithful trajectories out.
+
+    engines/        the Engine contract; hf (local, continuous batching), openai, scripted
+    models          the embedded default model and local model directories
+    chat            chat-template rendering by deltas, tool-call parsing
+    agent           run_episode: one episode, token for token, with nested deadlines
+    slots           priority-aware slot semaphores
+    scheduler       many episodes in flight: groups, priorities, retries, staleness, elasticity
+    offline         `honing rollout`: a task set through the scheduler into the store
+    template_check  `honing check-template`
+    ray/            engine and env workers as Ray actors for the same scheduler
+
+Not covered here: optimisation (honing.rl, honing.trainer) and the trajectory records and their
+persistence (honing.store).
+"""
+
+from honing.rollout.agent import AgentConfig, Deadlines, Gate, InfraFailure, run_episode
+from honing.rollout.scheduler import Scheduler, SchedulerConfig
+
+__all__ = [
+    "AgentConfig",
+    "Deadlines",
+    "Gate",
+    "InfraFailure",
+    "Scheduler",
+    "SchedulerConfig",
+    "run_episode",
+]
