@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 
 from honing.config import SandboxConfig  # noqa: E402
 from honing.envs.base import Action, ToolCall  # noqa: E402
-from honing.errors import HoningError, WorkerLost  # noqa: E402
+from honing.errors import EngineError, HoningError, WorkerLost  # noqa: E402
 from honing.rollout.agent import AgentConfig  # noqa: E402
 from honing.rollout.engines.base import Prompt, SamplingParams, WeightUpdate  # noqa: E402
 from honing.rollout.engines.scripted import LatencyModel, ScriptedEngine  # noqa: E402
@@ -87,9 +87,13 @@ def hangs(prompt: Prompt, index: int) -> bool:
     return "hang" in json.dumps(prompt.messages)
 
 
+def fails(prompt: Prompt, index: int) -> bool:
+    return "fail" in json.dumps(prompt.messages)
+
+
 def slow_engine() -> ScriptedEngine:
     return ScriptedEngine(["The answer is \\boxed{4}."], latency=LatencyModel(per_token_s=0.2),
-                          hang_on=hangs)  # fmt: skip
+                          hang_on=hangs, fail_on=fails)  # fmt: skip
 
 
 async def test_engine_actor_death_raises_worker_lost_and_is_replaced() -> None:
@@ -100,6 +104,12 @@ async def test_engine_actor_death_raises_worker_lost_and_is_replaced() -> None:
         assert not engine.accepts_tokens and engine.tokenizer is None
         [gen] = await engine.generate([prompt], sampling)
         assert "\\boxed{4}" in gen.text
+
+        # the engine's own failure comes back as itself; the actor stays
+        with pytest.raises(EngineError):
+            await engine.generate([Prompt(messages=[{"role": "user", "content": "fail"}])],
+                                  sampling)  # fmt: skip
+        assert engine.workers.alive == 1 and engine.workers.replaced == 0
 
         # a call cancelled here (a deadline) is cancelled in the actor too
         hung = Prompt(messages=[{"role": "user", "content": "hang"}])

@@ -190,9 +190,12 @@ class ActorSet:
         if worker.state is WorkerState.DRAINING and worker.load <= 0:
             self._spawn_task(self._retire(worker))
 
-    async def call(self, worker: Worker, method: str, *args: Any) -> Any:
+    async def call(
+        self, worker: Worker, method: str, *args: Any, cancel_remote: bool = True
+    ) -> Any:
         """`await worker.<method>(*args)` in the actor. A dead actor raises WorkerLost (and is
-        replaced); an error raised by the method is raised as itself."""
+        replaced); an error raised by the method is raised as itself. Cancelling the call
+        cancels the actor's task too, unless `cancel_remote` is False (a cleanup that must run)."""
         if worker.state is WorkerState.DEAD:
             raise WorkerLost(f"{self.kind} worker {worker.id} is gone; retry on another")
         try:
@@ -203,14 +206,16 @@ class ActorSet:
         try:
             return await ref
         except asyncio.CancelledError:
-            ray.cancel(ref)  # the actor's task stops too: a deadline frees the remote side
+            if cancel_remote:
+                ray.cancel(ref)  # a deadline here frees the remote side as well
             raise
-        except RayTaskError as exc:
+        except RayTaskError as exc:  # the method raised: the actor itself is fine
             cause = exc.cause
             if isinstance(cause, Exception) and not isinstance(cause, RayError):
                 raise cause from None
-            self._lost(worker, exc)
-            raise WorkerLost(f"{self.kind} worker {worker.id} failed: {_brief(exc)}") from None
+            raise HoningError(
+                f"{self.kind} worker {worker.id}: {method} raised {_brief(exc)}"
+            ) from None
         except RayError as exc:  # RayActorError (died, unreachable), worker crashes, lost objects
             self._lost(worker, exc)
             raise WorkerLost(

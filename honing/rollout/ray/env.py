@@ -175,8 +175,8 @@ class RemoteEnv:
         if worker is None:
             return
         try:
-            if self._lost is None:
-                await self._workers.call(worker, "close", self.episode)
+            if self._lost is None:  # runs to its end in the actor even if we are cancelled
+                await self._workers.call(worker, "close", self.episode, cancel_remote=False)
         except WorkerLost:
             pass  # the episode died with its actor
         finally:
