@@ -18,6 +18,8 @@ not an exception: it is an `ExecResult` whose status says what happened. Excepti
 failures of honing's own machinery.
 """
 
+from __future__ import annotations
+
 
 class HoningError(Exception):
     """Base class of every error honing raises on purpose."""
@@ -63,6 +65,9 @@ class DeadlineExceeded(HoningError):
         super().__init__(f"{stage} deadline of {seconds:g}s exceeded")
         self.stage = stage
         self.seconds = seconds
+
+    def __reduce__(self) -> tuple[type[DeadlineExceeded], tuple[str, float]]:
+        return type(self), (self.stage, self.seconds)  # so it crosses process boundaries (Ray)
 
 
 class StoreError(HoningError):

@@ -140,6 +140,9 @@ class InfraFailure(HoningError):
         self.cause = cause
         self.trajectory = trajectory
 
+    def __reduce__(self) -> tuple[type[InfraFailure], tuple[str, str, Trajectory | None]]:
+        return type(self), (self.stage, self.cause, self.trajectory)  # picklable (Ray)
+
 
 async def run_episode(
     task: AnyTask,

@@ -10,7 +10,7 @@ finished group goes to the trajectory store at once, so a run that is stopped ke
 finished. `RUN/rollout.json` records what was run (task set and version, engine, sampling, n).
 
 Not covered here: training on the trajectories (the trainer) and Ray workers (the same scheduler
-with `honing.rollout.ray_backend`'s engine and env workers).
+with `honing.rollout.ray`'s engine and env workers).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
     openai     honing.rollout.engines.openai    any OpenAI-compatible server, retries, reloads
     scripted   honing.rollout.engines.scripted  deterministic completions, simulated latency
 
-Not covered here: remote engine workers on Ray (`honing.rollout.ray_backend`).
+Not covered here: remote engine workers on Ray (`honing.rollout.ray`).
 """
 
 from __future__ import annotations
