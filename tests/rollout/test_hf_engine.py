@@ -297,3 +297,15 @@ async def test_other_architectures_take_the_generic_path(tokenizer: Any) -> None
         gens = await engine.generate([Prompt(token_ids=p) for p in ids], GREEDY)
     for p, gen in zip(ids, gens, strict=True):
         assert gen.token_ids == hf_greedy(gpt2, p, GREEDY.max_new_tokens)
+
+
+async def test_a_group_of_identical_prompts_shares_its_prefill(model: Any, tokenizer: Any) -> None:
+    p = prompts(tokenizer)[1]  # the n samples of one task: the whole prompt is shared
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=8)
+    async with HFEngine(model, tokenizer) as engine:
+        group = await engine.generate([Prompt(token_ids=p)] * 4, sampling)
+        [greedy] = await engine.generate([Prompt(token_ids=p)], GREEDY)
+    assert greedy.token_ids == hf_greedy(model, p, GREEDY.max_new_tokens)
+    assert len({tuple(g.token_ids) for g in group}) > 1  # unseeded samples differ
+    for gen in group:
+        assert gen.logprobs == pytest.approx(teacher_forced(model, p, gen.token_ids, 1.0), abs=1e-4)

@@ -30,12 +30,15 @@ in the projections, dynamic rope scaling (those models take the generic path).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
 INITIAL_CAPACITY = 256  # KV positions reserved per slot at first; doubled on demand
+MIN_SHARED_PREFIX = 16  # tokens; a shorter common prefix is not worth a separate pass
 STATIC_ROPE_TYPES = frozenset({"default", "linear", "llama3", "yarn"})
 
 
@@ -77,6 +80,32 @@ def fast_path_reason(model: Any) -> str | None:
     return None
 
 
+Linear = Callable[[torch.Tensor], torch.Tensor]
+
+
+def make_linear(weight: torch.Tensor) -> Linear:
+    """`x @ weight.T` as fast as this device does it. On CPU: a oneDNN linear over a weight
+    reordered once into its blocked layout (1.3-2x faster than MKL's sgemm at decode shapes here
+    (batch 32, AVX2), most on the 49k-row LM head); anywhere else, or if oneDNN is missing,
+    `F.linear` on the weight itself."""
+    if weight.device.type == "cpu" and torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
+        try:
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+
+            def onednn(x: torch.Tensor) -> torch.Tensor:
+                out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(
+                    x, packed, None, "none", [], ""
+                )
+                return out
+
+            probe = torch.ones((2, weight.shape[1]), dtype=weight.dtype)
+            if torch.allclose(onednn(probe), F.linear(probe, weight), rtol=1e-2, atol=1e-2):
+                return onednn
+        except (RuntimeError, AttributeError):  # an op missing from this torch build
+            pass
+    return partial(F.linear, weight=weight)
+
+
 def make_decoder(model: Any, *, slots: int, max_len: int) -> Decoder:
     if fast_path_reason(model) is None:
         return LlamaDecoder(model, slots=slots, max_len=max_len)
@@ -114,19 +143,21 @@ class LlamaDecoder:
         with torch.inference_mode():
             for layer in self.model.model.layers:
                 attn, mlp = layer.self_attn, layer.mlp
+                qkv = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+                gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])
                 self.layers.append(
                     (
                         layer.input_layernorm.weight,
-                        torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-                        attn.o_proj.weight,
+                        make_linear(qkv),
+                        make_linear(attn.o_proj.weight),
                         layer.post_attention_layernorm.weight,
-                        torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-                        mlp.down_proj.weight,
+                        make_linear(gate_up),
+                        make_linear(mlp.down_proj.weight),
                     )
                 )
+            self.lm_head = make_linear(self.model.lm_head.weight)
         self.embed = self.model.model.embed_tokens.weight
         self.final_norm = self.model.model.norm.weight
-        self.lm_head = self.model.lm_head.weight
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         # As LlamaRMSNorm: in float32, cast back before the weight.
@@ -155,10 +186,10 @@ class LlamaDecoder:
         self.k, self.v, self.capacity = k, v, capacity
 
     def _qkv(
-        self, h: torch.Tensor, qkv_w: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+        self, h: torch.Tensor, qkv_proj: Linear, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [..., heads, dim], k and v [..., kv_heads, dim], rotary applied to q and k."""
-        qkv = F.linear(h, qkv_w)
+        qkv = qkv_proj(h)
         nq, nk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
         lead = qkv.shape[:-1]
         q = qkv[..., :nq].reshape(*lead, self.n_heads, self.head_dim)
@@ -167,36 +198,63 @@ class LlamaDecoder:
         return self._rope(q, cos, sin), self._rope(k, cos, sin), v
 
     def _mlp(
-        self, x: torch.Tensor, norm_w: torch.Tensor, gu_w: torch.Tensor, down_w: torch.Tensor
+        self, x: torch.Tensor, norm_w: torch.Tensor, gate_up: Linear, down: Linear
     ) -> torch.Tensor:
-        gu = F.linear(self._norm(x, norm_w), gu_w)
+        gu = gate_up(self._norm(x, norm_w))
         inter = gu.shape[-1] // 2
-        return x + F.linear(F.silu(gu[..., :inter]) * gu[..., inter:], down_w)
+        return x + down(F.silu(gu[..., :inter]) * gu[..., inter:])
 
     def prefill(self, first_slot: int, prompts: list[list[int]]) -> torch.Tensor:
-        b, longest = len(prompts), max(len(p) for p in prompts)
-        self._ensure_capacity(longest)
+        # A prefix shared by the whole batch (the system prompt; all of it for the n samples of
+        # one task) is computed once and its KV copied to every slot.
+        shared = _common_prefix(prompts) if len(prompts) > 1 else 0
+        shared = min(shared, min(len(p) for p in prompts) - 1)  # each keeps >= 1 token to run
+        if shared < MIN_SHARED_PREFIX:
+            shared = 0
+        else:
+            self._forward(first_slot, [prompts[0][:shared]], 0, logits=False)
+            rows = slice(first_slot + 1, first_slot + len(prompts))
+            self.k[:, rows, :, :shared] = self.k[:, first_slot : first_slot + 1, :, :shared]
+            self.v[:, rows, :, :shared] = self.v[:, first_slot : first_slot + 1, :, :shared]
+        return self._forward(first_slot, [p[shared:] for p in prompts], shared, logits=True)
+
+    def _forward(
+        self, first_slot: int, chunks: list[list[int]], start: int, *, logits: bool
+    ) -> torch.Tensor:
+        """Run `chunks` (right-padded) at positions start.. of slots first_slot.., whose first
+        `start` positions are already cached; the logits of each chunk's last token."""
+        b, longest = len(chunks), max(len(c) for c in chunks)
+        end = start + longest
+        self._ensure_capacity(end)
         ids = torch.zeros((b, longest), dtype=torch.long)  # right-padded: pads sit after the
-        for i, p in enumerate(prompts):  # prompt, masked by causality, overwritten by decoding
-            ids[i, : len(p)] = torch.tensor(p)
+        for i, c in enumerate(chunks):  # prompt, masked by causality, overwritten by decoding
+            ids[i, : len(c)] = torch.tensor(c)
         ids = ids.to(self.device)
         x = F.embedding(ids, self.embed)  # [b, P, hidden]
-        cos, sin = self.cos[:longest, None, :], self.sin[:longest, None, :]
+        cos, sin = self.cos[start:end, None, :], self.sin[start:end, None, :]
         rows = slice(first_slot, first_slot + b)
-        rep = self.n_heads // self.n_kv
-        for layer, (in_w, qkv_w, o_w, post_w, gu_w, down_w) in enumerate(self.layers):
-            q, k, v = self._qkv(self._norm(x, in_w), qkv_w, cos, sin)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [b, heads, P, dim]
-            self.k[layer, rows, :, :longest] = k
-            self.v[layer, rows, :, :longest] = v
+        # Query i (position start + i) sees keys 0..start + i.
+        keys_at = torch.arange(end, device=self.device)[None, :]
+        mask = keys_at <= torch.arange(start, end, device=self.device)[:, None] if start else None
+        for layer, (in_w, qkv, o_proj, post_w, gate_up, down) in enumerate(self.layers):
+            q, k, v = self._qkv(self._norm(x, in_w), qkv, cos, sin)
+            self.k[layer, rows, :, start:end] = k.transpose(1, 2)
+            self.v[layer, rows, :, start:end] = v.transpose(1, 2)
             attn = F.scaled_dot_product_attention(
-                q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), is_causal=True
+                q.transpose(1, 2),  # [b, heads, P, dim]
+                self.k[layer, rows, :, :end],
+                self.v[layer, rows, :, :end],
+                attn_mask=mask,
+                is_causal=mask is None,
+                enable_gqa=True,
             )
-            x = x + F.linear(attn.transpose(1, 2).reshape(b, longest, -1), o_w)
-            x = self._mlp(x, post_w, gu_w, down_w)
-        last = torch.tensor([len(p) - 1 for p in prompts], device=self.device)
+            x = x + o_proj(attn.transpose(1, 2).reshape(b, longest, -1))
+            x = self._mlp(x, post_w, gate_up, down)
+        if not logits:
+            return x
+        last = torch.tensor([len(c) - 1 for c in chunks], device=self.device)
         x = x[torch.arange(b, device=self.device), last]
-        return F.linear(self._norm(x, self.final_norm), self.lm_head).float()
+        return self.lm_head(self._norm(x, self.final_norm)).float()
 
     def decode(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
         n, length = len(tokens), max(positions) + 1
@@ -210,8 +268,8 @@ class LlamaDecoder:
         bias = torch.zeros((n, 1, 1, length), dtype=self.dtype, device=self.device)
         bias.masked_fill_(hidden[:, None, None, :], float("-inf"))
         rep = self.n_heads // self.n_kv
-        for layer, (in_w, qkv_w, o_w, post_w, gu_w, down_w) in enumerate(self.layers):
-            q, k, v = self._qkv(self._norm(x, in_w), qkv_w, cos, sin)
+        for layer, (in_w, qkv, o_proj, post_w, gate_up, down) in enumerate(self.layers):
+            q, k, v = self._qkv(self._norm(x, in_w), qkv, cos, sin)
             k_cache, v_cache = self.k[layer], self.v[layer]
             k_cache[rows, :, pos] = k
             v_cache[rows, :, pos] = v
@@ -219,9 +277,9 @@ class LlamaDecoder:
             q = q.view(n, self.n_kv, rep, self.head_dim)  # query heads grouped by their KV head
             scores = torch.matmul(q, keys.transpose(-1, -2)).mul_(self.scale).add_(bias)
             attn = torch.matmul(torch.softmax(scores.float(), -1).to(self.dtype), values)
-            x = x + F.linear(attn.reshape(n, -1), o_w)
-            x = self._mlp(x, post_w, gu_w, down_w)
-        return F.linear(self._norm(x, self.final_norm), self.lm_head).float()
+            x = x + o_proj(attn.reshape(n, -1))
+            x = self._mlp(x, post_w, gate_up, down)
+        return self.lm_head(self._norm(x, self.final_norm)).float()
 
     def move(self, src: int, dst: int, length: int) -> None:
         self.k[:, dst, :, :length] = self.k[:, src, :, :length]
@@ -262,3 +320,12 @@ class GenericDecoder:
     def move(self, src: int, dst: int, length: int) -> None:
         self.caches[dst] = self.caches[src]
         self.caches[src] = None
+
+
+def _common_prefix(prompts: list[list[int]]) -> int:
+    first, n = prompts[0], min(len(p) for p in prompts)
+    for i in range(n):
+        token = first[i]
+        if any(p[i] != token for p in prompts):
+            return i
+    return n
