@@ -302,24 +302,3 @@ async def test_hf_engine_episode_is_token_faithful(
     assert {traj.versions[i] for i, m in enumerate(traj.loss_mask) if m} == {0}
     texts = [t.text for t in traj.turns if t.role == "assistant"]
     assert tok.decode(traj.token_ids) == conversation(tok, texts, steps)
-
-
-def test_infrastructure_errors_survive_pickling() -> None:
-    """They cross process boundaries (Ray workers) as themselves, fields and all."""
-    import pickle
-
-    from honing.errors import DeadlineExceeded
-    from honing.store.records import Trajectory
-
-    deadline = pickle.loads(pickle.dumps(DeadlineExceeded("step", 2.5)))
-    assert isinstance(deadline, DeadlineExceeded)
-    assert (deadline.stage, deadline.seconds, str(deadline)) == (
-        "step",
-        2.5,
-        "step deadline of 2.5s exceeded",
-    )
-    partial = Trajectory(task_id="t", domain="math")
-    failure = pickle.loads(pickle.dumps(InfraFailure("generate", "EngineError: down", partial)))
-    assert isinstance(failure, InfraFailure)
-    assert (failure.stage, failure.cause) == ("generate", "EngineError: down")
-    assert failure.trajectory == partial
