@@ -309,3 +309,18 @@ async def test_a_group_of_identical_prompts_shares_its_prefill(model: Any, token
     assert len({tuple(g.token_ids) for g in group}) > 1  # unseeded samples differ
     for gen in group:
         assert gen.logprobs == pytest.approx(teacher_forced(model, p, gen.token_ids, 1.0), abs=1e-4)
+
+
+async def test_a_crashed_loop_fails_everyone_instead_of_hanging(model: Any, tokenizer: Any) -> None:
+    p = prompts(tokenizer)[0]
+    engine = HFEngine(model, tokenizer)
+
+    def broken() -> None:
+        raise RuntimeError("loop bug")
+
+    engine._admit = broken  # type: ignore[method-assign]
+    with pytest.raises(EngineError, match="loop bug"):
+        await asyncio.wait_for(engine.generate([Prompt(token_ids=p)], GREEDY), 30)
+    with pytest.raises(EngineError, match="closed"):
+        await engine.generate([Prompt(token_ids=p)], GREEDY)
+    await engine.close()

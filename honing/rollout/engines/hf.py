@@ -277,21 +277,30 @@ class HFEngine:
     # ---- the decode loop (worker thread) ---------------------------------------------------
 
     def _run(self) -> None:
-        with torch.inference_mode():
-            while True:
-                with self._lock:
-                    while not (self._closed or self._waiting or self._updates or self._active):
-                        self._lock.wait()
-                    if self._closed:
-                        break
-                    updates = list(self._updates)
-                    self._updates.clear()
-                for update in updates:
-                    self._apply(update)
-                self._admit()
-                if self._active:
-                    self._step()
-            self._abort_all()
+        crash: BaseException | None = None
+        try:
+            with torch.inference_mode():
+                self._loop()
+        except BaseException as exc:  # a bug of the loop itself: nobody may wait forever
+            crash = exc
+            with self._lock:
+                self._closed = True
+        self._abort_all(crash)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not (self._closed or self._waiting or self._updates or self._active):
+                    self._lock.wait()
+                if self._closed:
+                    return
+                updates = list(self._updates)
+                self._updates.clear()
+            for update in updates:
+                self._apply(update)
+            self._admit()
+            if self._active:
+                self._step()
 
     def _apply(self, update: _Update) -> None:
         try:
@@ -398,24 +407,32 @@ class HFEngine:
             )
         )
 
-    def _fail(self, seqs: list[_Seq], exc: Exception) -> None:
+    def _fail(self, seqs: list[_Seq], exc: BaseException) -> None:
         error = EngineError(f"hf engine decode failed: {exc!r}")
         for seq in seqs:
             if not seq.future.done():
                 seq.future.set_exception(error)
 
-    def _abort_all(self) -> None:
+    def _drain(self) -> tuple[list[_Seq], list[_Update]]:
         with self._lock:
-            waiting = list(self._waiting)
+            waiting, updates = list(self._waiting), list(self._updates)
             self._waiting.clear()
-            updates = list(self._updates)
             self._updates.clear()
+        return waiting, updates
+
+    def _abort_all(self, crash: BaseException | None) -> None:
+        """Closing: sequences in flight end ABORT with what they have; after a crash of the
+        loop, everyone waiting gets the EngineError."""
+        waiting, updates = self._drain()
+        if crash is not None:
+            self._fail([*self._active, *waiting], crash)
         for seq in [*self._active, *waiting]:
             seq.finish = FinishReason.ABORT
             self._resolve(seq)
         self._active = []
+        reason = f"crashed: {crash!r}" if crash else "closed before the update"
         for update in updates:
-            update.future.set_exception(EngineError("the hf engine was closed before the update"))
+            update.future.set_exception(EngineError(f"the hf engine was {reason}"))
 
 
 def _sample(logits: torch.Tensor, seqs: list[_Seq]) -> tuple[list[int], list[float]]:

@@ -19,6 +19,12 @@ cache, never gathers.
   attention of a decode step is a masked matmul over the longest active prefix, with the query
   heads grouped per KV head (no repeated K/V). Rotary cos/sin come from the model's own rotary
   module once, as a table over all positions (so rope scaling types with a static table work).
+  On CPU the projections run as oneDNN linears over weights reordered once into its blocked
+  layout (`make_linear`). A prefix shared by a whole prefill batch (the system prompt; the whole
+  prompt for the n samples of one task) is computed once and its KV copied to every slot.
+  Where the time goes (SmolLM2-135M, fp32, batch 32, 2 AVX2 cores): ~75% in those matmuls
+  (8.6 GFLOP a step, ~35 GF/s a core at this batch size), ~10% attention, the rest elementwise
+  ops and Python (~600 torch calls a step).
 * `GenericDecoder` — any other causal LM: the HF forward with its own cache, one sequence at a
   time. Correct, not fast.
 
