@@ -532,12 +532,27 @@ def rollout_command(
         int, typer.Option(help="Episodes generating at once (the engine batches them).")
     ] = 32,
     dtype: Annotated[str, typer.Option(help="Local models: auto, bfloat16, float32.")] = "auto",
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="local (one process) or ray (engine and sandbox workers as Ray "
+            "actors; see docs/scaling.md)."
+        ),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="backend ray: 'auto' joins this machine's cluster; default: a local Ray instance."
+        ),
+    ] = None,
+    engine_workers: Annotated[int, typer.Option(help="backend ray: engine actors.")] = 1,
+    sandbox_workers: Annotated[int, typer.Option(help="backend ray: sandbox actors.")] = 1,
     isolation: Isolation = "bwrap",
 ) -> None:
     """Offline generation: N trajectories per task through the async scheduler, written to the
     trajectory store in OUT (Parquet; query with `honing store query OUT "SQL"`), then a summary.
     """
-    from honing.rollout.offline import rollout
+    from honing.rollout.offline import rollout, rollout_ray
     from honing.rollout.scheduler import SchedulerConfig
     from honing.store import format_summary
 
@@ -558,33 +573,44 @@ def rollout_command(
         if not taskset.tasks:
             raise ConfigError(f"--tasks {tasks!r}: no valid tasks")
         check_domains(taskset.tasks)
-        engine = _make_engine(model, dtype, max_batch=engine_slots)
+        if backend not in ("local", "ray"):
+            raise ConfigError(f"--backend {backend!r}: allowed: local, ray")
+        ray_config = _ray_config(ray_address, engine_workers, sandbox_workers, backend)
+        engine = _make_engine(model, dtype, max_batch=engine_slots) if ray_config is None else None
     except HoningError as exc:
         raise _fail(str(exc)) from exc
     config = _sandbox_config(isolation=isolation)
     total = len(taskset.tasks)
 
-    async def go() -> Any:
+    async def run(on_group: Callable[[Any], None]) -> Any:
+        if ray_config is not None:
+            return await rollout_ray(taskset, model, config, ray_config, out=out, n=n,
+                                     agent=agent, scheduler=scheduler,
+                                     dtype=dtype,  # type: ignore[arg-type]
+                                     max_batch=engine_slots, on_group=on_group)  # fmt: skip
+        assert engine is not None
         try:
             async with SandboxPool(config) as pool:
-                columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), TextColumn("{task.fields[status]}"))  # fmt: skip
-                with Progress(*columns, console=err, transient=True) as progress:
-                    bar = progress.add_task(f"rollout {taskset.name} · n={n}", total=total,
-                                            status="")  # fmt: skip
-                    passed = seen = 0
-
-                    def on_group(group: Any) -> None:
-                        nonlocal passed, seen
-                        seen += len(group.trajectories)
-                        passed += sum(t.success for t in group.trajectories)
-                        progress.update(bar, advance=1, status=f"success {passed}/{seen}")
-
-                    return await rollout(taskset, engine, pool, out=out, n=n, agent=agent,
-                                         scheduler=scheduler, engine_name=model,
-                                         on_group=on_group)  # fmt: skip
+                return await rollout(taskset, engine, pool, out=out, n=n, agent=agent,
+                                     scheduler=scheduler, engine_name=model,
+                                     on_group=on_group)  # fmt: skip
         finally:
             await engine.close()
+
+    async def go() -> Any:
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TextColumn("{task.fields[status]}"))  # fmt: skip
+        with Progress(*columns, console=err, transient=True) as progress:
+            bar = progress.add_task(f"rollout {taskset.name} · n={n}", total=total, status="")
+            passed = seen = 0
+
+            def on_group(group: Any) -> None:
+                nonlocal passed, seen
+                seen += len(group.trajectories)
+                passed += sum(t.success for t in group.trajectories)
+                progress.update(bar, advance=1, status=f"success {passed}/{seen}")
+
+            return await run(on_group)
 
     started = time.monotonic()
     try:
@@ -596,6 +622,21 @@ def rollout_command(
               "\"SELECT task_id, reward, ending FROM trajectories\"", highlight=False)  # fmt: skip
     if summary.overall.infra_failed:
         raise typer.Exit(3)
+
+
+def _ray_config(address: str | None, engines: int, sandboxes: int, backend: str) -> Any:
+    if backend != "ray":
+        return None
+    try:
+        from honing.rollout.ray import RayConfig
+    except ImportError as exc:
+        raise ConfigError("--backend ray needs Ray: pip install 'honing[ray]'") from exc
+    values: dict[str, object] = {
+        "address": address,
+        "engine": {"count": engines},
+        "env": {"count": sandboxes},
+    }
+    return validate_model(RayConfig, values, source="command line")
 
 
 @store_app.command("query")

@@ -9,8 +9,10 @@ domain, run by the async scheduler (priority slots, infrastructure retries, dead
 finished group goes to the trajectory store at once, so a run that is stopped keeps what it
 finished. `RUN/rollout.json` records what was run (task set and version, engine, sampling, n).
 
-Not covered here: training on the trajectories (the trainer) and Ray workers (the same scheduler
-with `honing.rollout.ray`'s engine and env workers).
+`rollout_ray` is the same with `backend: ray`: engine and sandbox workers are Ray actors
+(`honing.rollout.ray`), driven by the same scheduler.
+
+Not covered here: training on the trajectories (the trainer).
 """
 
 from __future__ import annotations
@@ -20,16 +22,22 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from honing.config import SandboxConfig
 from honing.envs import registry
 from honing.envs.base import EnvConfig
 from honing.rollout.agent import AgentConfig, Gate, run_episode
+from honing.rollout.engines import Dtype
 from honing.rollout.engines.base import Engine
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
 from honing.sandbox import SandboxPool
 from honing.store import RolloutSummary, TrajectoryWriter, summarize
 from honing.store.records import Group, Trajectory
 from honing.tasks.load import AnyTask, TaskSet
+
+if TYPE_CHECKING:
+    from honing.rollout.ray import RayConfig
 
 
 async def rollout(
@@ -45,25 +53,70 @@ async def rollout(
     engine_name: str = "",
     on_group: Callable[[Group], None] | None = None,
 ) -> RolloutSummary:
-    """Generate `n` trajectories per task into the store at `out`; the summary of what was run."""
+    """Generate `n` trajectories per task into the store at `out` (engine and sandbox in this
+    process); the summary of what was run."""
     env_config = env or EnvConfig(max_steps=agent.max_turns)
-    config = (scheduler or SchedulerConfig()).model_copy(
-        update={"n": n, "episode_s": agent.deadlines.episode_s}
-    )
 
     async def run(task: AnyTask, sample: int, gate: Gate) -> Trajectory:
         environment = registry.make_env(task.domain, pool, env_config)
-        trajectory = await run_episode(task, environment, engine, agent, gate=gate, sample=sample)
-        trajectory.dataset, trajectory.dataset_version = taskset.name, taskset.version
-        return trajectory
+        return await run_episode(task, environment, engine, agent, gate=gate, sample=sample)
 
+    sched = Scheduler(run, _scheduler_config(scheduler, n, agent))
+    return await _store(taskset, sched, out, n, agent, engine_name or engine.name, on_group)
+
+
+async def rollout_ray(
+    taskset: TaskSet,
+    engine: str,
+    sandbox: SandboxConfig,
+    ray: RayConfig,
+    *,
+    out: Path,
+    n: int,
+    agent: AgentConfig,
+    env: EnvConfig | None = None,
+    scheduler: SchedulerConfig | None = None,
+    dtype: Dtype = "auto",
+    max_batch: int = 32,
+    on_group: Callable[[Group], None] | None = None,
+) -> RolloutSummary:
+    """The same on Ray (`backend: ray`): the engine `make_engine(engine)` builds runs in engine
+    actors, environments and their sandboxes in sandbox actors; both worker sets are the
+    scheduler's elastic pools."""
+    from honing.rollout.ray import EngineSpec, RayBackend
+
+    spec = EngineSpec.named(engine, dtype=dtype, max_batch=max_batch)
+    env_config = env or EnvConfig(max_steps=agent.max_turns)
+    async with RayBackend(ray, spec, sandbox, env=env_config) as backend:
+        sched = backend.scheduler(agent, _scheduler_config(scheduler, n, agent))
+        return await _store(taskset, sched, out, n, agent, engine, on_group)
+
+
+def _scheduler_config(
+    config: SchedulerConfig | None, n: int, agent: AgentConfig
+) -> SchedulerConfig:
+    return (config or SchedulerConfig()).model_copy(
+        update={"n": n, "episode_s": agent.deadlines.episode_s}
+    )
+
+
+async def _store(
+    taskset: TaskSet,
+    sched: Scheduler,
+    out: Path,
+    n: int,
+    agent: AgentConfig,
+    engine_name: str,
+    on_group: Callable[[Group], None] | None,
+) -> RolloutSummary:
+    """Submit every task to `sched` and write each finished group to the store at `out`."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "rollout.json").write_text(json.dumps({
         "tasks": taskset.name, "version": taskset.version, "task_count": len(taskset.tasks),
-        "engine": engine_name or engine.name, "n": n, "agent": agent.model_dump(mode="json"),
+        "engine": engine_name, "n": n, "agent": agent.model_dump(mode="json"),
         "started_at": time.time(),
     }, indent=2))  # fmt: skip
-    async with TrajectoryWriter(out) as writer, Scheduler(run, config) as sched:
+    async with TrajectoryWriter(out) as writer, sched:
 
         async def submit_all() -> None:
             # Submitting awaits when the queue is full, so it runs beside the consumer below.
@@ -74,6 +127,8 @@ async def rollout(
         submitter = asyncio.create_task(submit_all())
         try:
             async for group in sched.results():
+                for trajectory in group.trajectories:
+                    trajectory.dataset, trajectory.dataset_version = taskset.name, taskset.version
                 await writer.add_group(group)
                 if on_group is not None:
                     on_group(group)

@@ -97,3 +97,27 @@ def test_check_template(tiny_model_dir: Path, tmp_path: Path) -> None:
     proc = honing("check-template", str(tiny_model_dir), "--chat-template", str(broken))
     assert proc.returncode == 1
     assert "FAIL" in proc.stdout and "fix:" in proc.stdout
+
+
+def test_rollout_on_ray_writes_the_same_store(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`--backend ray`: the engine and the sandbox run in Ray actors of a local instance."""
+    out = tmp_path / "ray-run"
+    proc = honing("rollout", "--tasks", "examples-math", "--model", str(tiny_model_dir),
+                  "--out", str(out), "--n", "2", "--max-turns", "1", "--max-new-tokens", "8",
+                  "--limit", "2", "--seed", "3", "--backend", "ray")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "4 trajectories · 2 tasks" in proc.stdout
+    sql = (
+        "SELECT count(*) AS k, sum(model_tokens) AS m, count(DISTINCT id) AS ids FROM trajectories"
+    )
+    proc = honing("store", "query", str(out), sql, "--json")
+    row = json.loads(proc.stdout)
+    assert (row["k"], row["ids"]) == (4, 4)  # each trajectory exactly once
+    assert row["m"] > 0
+
+
+def test_unknown_backend_is_refused() -> None:
+    proc = honing("rollout", "--tasks", "examples-math", "--model", "default", "--out", "/tmp/x",
+                  "--backend", "slurm")  # fmt: skip
+    assert proc.returncode == 2
+    assert "allowed: local, ray" in proc.stderr
