@@ -14,10 +14,9 @@ Not covered here: remote engine workers on Ray (`honing.rollout.ray`).
 
 from __future__ import annotations
 
-from typing import Literal
-
 from honing.errors import ConfigError
 from honing.rollout.engines.base import (
+    Dtype,
     Engine,
     FinishReason,
     Generation,
@@ -25,8 +24,6 @@ from honing.rollout.engines.base import (
     SamplingParams,
     WeightUpdate,
 )
-
-Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 
 
 def make_engine(spec: str, *, dtype: Dtype = "auto", max_batch: int = 32) -> Engine:
@@ -46,6 +43,7 @@ def make_engine(spec: str, *, dtype: Dtype = "auto", max_batch: int = 32) -> Eng
 
 
 __all__ = [
+    "Dtype",
     "Engine",
     "FinishReason",
     "Generation",

@@ -58,12 +58,13 @@ from collections.abc import Collection, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from honing.errors import ConfigError, EngineError
 from honing.rollout.engines.base import (
+    Dtype,
     FinishReason,
     Generation,
     Prompt,
@@ -72,7 +73,6 @@ from honing.rollout.engines.base import (
 )
 from honing.rollout.engines.llama_decode import Decoder, fast_path_reason, make_decoder
 
-Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 DEFAULT_MAX_LEN = 4096
 PREFILL_TOKENS = 8192  # padded prompt tokens prefilled together at most
 
