@@ -1,0 +1,64 @@
+"""RL math: small pure tensor functions (no state, no I/O) that the learner calls.
+
+    advantages   grpo_advantages, dr_grpo_advantages, rloo_advantages, reinforce_pp_advantages,
+                 gae_advantages (-> GAE), turn_level_advantages, broadcast_to_tokens
+    losses       policy_loss (-> PolicyLoss, PolicyLossStats), aggregate, Aggregation
+    offpolicy    decoupled_policy_loss, token_staleness, staleness_mask
+    kl           kl_k1, kl_k2, kl_k3, kl_penalty, KLEstimator
+    logprobs     token_logprobs, token_entropy, entropy_from_logits
+    masking      masked_sum, masked_mean
+
+Shapes follow one convention: B sequences (rows), T token positions, V vocabulary, G groups of n
+samples (or flat N with group ids), K assistant turns. A mask is 1 on the model's own tokens
+(Trajectory.loss_mask) and 0 on prompt, observation and padding tokens. Each function's docstring
+gives its shapes, the paper it implements and what it leaves out.
+
+Not covered here: turning `Trajectory` records into these tensors, the optimiser, and anything
+with state (reference model, schedules, versions) — that is `honing.trainer`.
+"""
+
+from honing.rl.advantages import (
+    GAE,
+    broadcast_to_tokens,
+    dr_grpo_advantages,
+    gae_advantages,
+    grpo_advantages,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    turn_level_advantages,
+)
+from honing.rl.kl import KLEstimator, kl_k1, kl_k2, kl_k3, kl_penalty
+from honing.rl.logprobs import entropy_from_logits, token_entropy, token_logprobs
+from honing.rl.losses import Aggregation, PolicyLoss, PolicyLossStats, aggregate, policy_loss
+from honing.rl.masking import masked_mean, masked_sum
+from honing.rl.offpolicy import CapMode, decoupled_policy_loss, staleness_mask, token_staleness
+
+__all__ = [
+    "GAE",
+    "Aggregation",
+    "CapMode",
+    "KLEstimator",
+    "PolicyLoss",
+    "PolicyLossStats",
+    "aggregate",
+    "broadcast_to_tokens",
+    "decoupled_policy_loss",
+    "dr_grpo_advantages",
+    "entropy_from_logits",
+    "gae_advantages",
+    "grpo_advantages",
+    "kl_k1",
+    "kl_k2",
+    "kl_k3",
+    "kl_penalty",
+    "masked_mean",
+    "masked_sum",
+    "policy_loss",
+    "reinforce_pp_advantages",
+    "rloo_advantages",
+    "staleness_mask",
+    "token_entropy",
+    "token_logprobs",
+    "token_staleness",
+    "turn_level_advantages",
+]

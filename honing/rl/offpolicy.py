@@ -1,0 +1,148 @@
+"""Learning from stale or partial-rollout tokens: decoupled PPO and the staleness bound.
+
+    decoupled_policy_loss   clipped ratio to the proximal policy × capped importance weight
+    token_staleness         current policy version - the version that produced each token
+    staleness_mask          the loss mask without tokens staler than a bound
+
+With asynchronous rollout, a trajectory's tokens come from a *behaviour* policy that may be
+several versions old, and a partial rollout mixes versions within one sequence (Trajectory.versions
+holds one per token). Decoupled PPO (AReaL, Fu et al. 2025, "AReaL: A Large-Scale Asynchronous
+Reinforcement Learning System for Language Reasoning") separates the two roles the old policy plays
+in PPO: the trust region is taken around the *proximal* policy (the learner's weights before this
+update, whose logprobs the learner recomputes), and the gap between behaviour and proximal policy
+is corrected by the importance weight `w = exp(proximal - behaviour)`:
+
+    loss_t = w_t * -min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t),
+    r_t = exp(current_t - proximal_t)
+
+The weight is capped at `max_weight`. `cap_mode="truncate"` uses `min(w, max_weight)` (truncated
+importance sampling, as in "Your Efficient RL Framework Secretly Brings You Off-Policy RL
+Training", Yao et al. 2025): biased but bounded variance, and every token still teaches.
+`cap_mode="mask"` drops tokens whose weight exceeds the cap, which is what AReaL's
+`behav_imp_weight_cap` does. When behaviour == proximal (fresh tokens, and an engine whose
+logprobs match the learner's) every weight is 1 and this is exactly `policy_loss`.
+
+The staleness bound comes from the scheduler (it already drops whole episodes as `Ending.STALE`);
+`staleness_mask` applies the same bound per token, which partial rollouts need: the importance
+weight corrects each token on its own, so dropping a stale prefix and keeping a fresh suffix of
+one sequence is sound.
+Not covered: sequence-level importance weights, and recomputing the proximal logprobs (the
+learner's forward pass before its first optimiser step on this batch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from honing.rl.losses import Aggregation, PolicyLoss, policy_loss
+from honing.rl.masking import masked_mean
+
+CapMode = Literal["truncate", "mask"]
+
+
+def decoupled_policy_loss(
+    logprobs: Tensor,
+    proximal_logprobs: Tensor,
+    behaviour_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float | None = None,
+    max_weight: float = 2.0,
+    cap_mode: CapMode = "truncate",
+    aggregation: Aggregation = "token",
+    norm_len: int | None = None,
+    global_count: int | float | Tensor | None = None,
+) -> PolicyLoss:
+    """Decoupled PPO loss (AReaL); see the module docstring.
+
+    Shapes: logprobs (current policy, with gradient), proximal_logprobs (learner before this
+    update), behaviour_logprobs (the engine's, Trajectory.logprobs), advantages, mask [B, T];
+    returns `PolicyLoss` whose stats also carry the mean applied importance weight and the share
+    of tokens at the cap. With cap_mode="mask", capped tokens leave the mask (and the local
+    token count); a `global_count` the caller passes should not include them.
+    """
+    if max_weight < 1.0:
+        raise ValueError(
+            f"max_weight {max_weight} < 1 would down-weight even on-policy tokens: use >= 1 "
+            "(e.g. 2.0)"
+        )
+    if cap_mode not in ("truncate", "mask"):
+        raise ValueError(f"unknown cap_mode {cap_mode!r}: use 'truncate' or 'mask'")
+    if proximal_logprobs.shape != behaviour_logprobs.shape:
+        raise ValueError(
+            f"proximal_logprobs {tuple(proximal_logprobs.shape)} and behaviour_logprobs "
+            f"{tuple(behaviour_logprobs.shape)} differ"
+        )
+    valid = mask.bool()
+    log_w = (proximal_logprobs - behaviour_logprobs).detach()
+    log_w = torch.where(valid, log_w, torch.zeros_like(log_w))
+    weight = torch.exp(log_w)
+    capped = valid & (weight > max_weight)
+    if cap_mode == "truncate":
+        weight = weight.clamp(max=max_weight)
+        kept = valid
+    else:
+        kept = valid & ~capped
+        weight = torch.where(capped, torch.zeros_like(weight), weight)
+
+    result = policy_loss(
+        logprobs,
+        proximal_logprobs,
+        advantages,
+        kept,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        aggregation=aggregation,
+        norm_len=norm_len,
+        global_count=global_count,
+        token_weights=weight,
+    )
+    stats = dataclasses.replace(
+        result.stats,
+        is_weight_mean=masked_mean(weight, valid),
+        is_capped_frac=masked_mean(capped.to(weight.dtype), valid),
+    )
+    return PolicyLoss(result.loss, stats)
+
+
+def token_staleness(versions: Tensor, current_version: int, mask: Tensor) -> Tensor:
+    """`current_version - versions` on the model's tokens, 0 elsewhere.
+
+    Shapes: versions [B, T] (integer, Trajectory.versions: -1 where mask is 0), mask [B, T];
+    returns [B, T] long. A model token without a version (< 0), or from a version newer than
+    `current_version`, is an error: either means the version bookkeeping is broken.
+    """
+    if versions.shape != mask.shape:
+        raise ValueError(f"versions {tuple(versions.shape)} and mask {tuple(mask.shape)} differ")
+    valid = mask.bool()
+    v = versions.long()
+    if bool((valid & (v < 0)).any()):
+        raise ValueError(
+            "a model token has no policy version (< 0): the engine must stamp every generated "
+            "token with the version that produced it"
+        )
+    if bool((valid & (v > current_version)).any()):
+        raise ValueError(
+            f"a token's policy version is newer than the current version {current_version}: "
+            "pass the learner's current version (it increments on every weight sync)"
+        )
+    return torch.where(valid, current_version - v, torch.zeros_like(v))
+
+
+def staleness_mask(
+    versions: Tensor, current_version: int, mask: Tensor, *, max_staleness: int
+) -> Tensor:
+    """The mask without tokens more than `max_staleness` versions behind `current_version`.
+
+    Shapes: versions, mask [B, T]; returns bool [B, T]. max_staleness 0 keeps only tokens of the
+    current version (fully on-policy).
+    """
+    if max_staleness < 0:
+        raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+    return mask.bool() & (token_staleness(versions, current_version, mask) <= max_staleness)
