@@ -30,6 +30,18 @@ stop string (kept in the text; finish STOP), or after `max_new_tokens` or when p
 reach `max_len` (finish LENGTH; a prompt that already fills `max_len` gives an empty LENGTH
 completion). `text` is `decode(token_ids, skip_special_tokens=True)`.
 
+**Prefix cache** (`prefix_cache=True`, the Llama fast path only). A multi-turn episode calls
+again with the whole conversation so far (the previous prompt + completion + the observation),
+so a finished sequence keeps its KV in its slot, which becomes *cached*: reusable until a
+sequence needs the slot (cached slots are given up least recently used first; active sequences
+always win). A cached slot holds the KV of its prompt and completion less the last sampled token
+(never fed back). A new prompt takes the cached slot sharing its longest prefix (a prompt that
+diverges in the middle of one reuses only the part before the divergence; it keeps at least its
+last token to run) and prefills only the rest, at the right positions; the slot is used in place
+when it is among those being filled, else its KV is copied. `stats` counts the prompt tokens
+prefilled and those taken from the cache. An update of the weights drops every cached slot:
+turns after it are prefilled with the new weights (only sequences in flight keep old KV, below).
+
 **Weights.** `update_weights` copies a state dict (HF parameter names, any subset) or the
 safetensors files of a directory into the model, between two decode steps, never in one; fused
 copies are rebuilt. From the next token on `version` is the update's, and `Generation.versions`
@@ -43,8 +55,8 @@ concerned (a failed step fails the sequences it held; the loop goes on). `close(
 thread; sequences still in flight are answered with what they have and finish ABORT. Cancelling
 a `generate` call frees its slots at the next step.
 
-Not covered: LoRA adapters (merge first), prefix caching across calls, tensor parallelism,
-speculative decoding, quantised weights.
+Not covered: LoRA adapters (merge first), prefix caching on the generic path, tensor
+parallelism, speculative decoding, quantised weights.
 """
 
 from __future__ import annotations
@@ -71,7 +83,12 @@ from honing.rollout.engines.base import (
     SamplingParams,
     WeightUpdate,
 )
-from honing.rollout.engines.llama_decode import Decoder, fast_path_reason, make_decoder
+from honing.rollout.engines.llama_decode import (
+    Decoder,
+    LlamaDecoder,
+    fast_path_reason,
+    make_decoder,
+)
 
 DEFAULT_MAX_LEN = 4096
 PREFILL_TOKENS = 8192  # padded prompt tokens prefilled together at most
@@ -106,6 +123,128 @@ class _Seq:
     finish: FinishReason | None = None
 
 
+@dataclass
+class EngineStats:
+    """Prefill counters since the engine started (read them from any thread)."""
+
+    prompt_tokens: int = 0
+    """Prompt tokens of the sequences admitted."""
+    prefill_tokens: int = 0
+    """Of those, tokens whose KV the engine had to compute (not taken from the prefix cache;
+    a prefix shared within one prefill batch still counts once per sequence)."""
+    cached_tokens: int = 0
+    """Of those, tokens whose KV came from the prefix cache."""
+    prefix_hits: int = 0
+    """Sequences admitted with at least one cached token."""
+
+
+@dataclass(eq=False)
+class _Cached:
+    tokens: list[int]  # whose KV fills the slot's first len(tokens) positions
+    used: int  # when it was made (a tick of the cache's clock): LRU order. Reading a partial
+    # prefix (a system prompt every entry shares) does not count as a use.
+
+
+@dataclass
+class _Placement:
+    """How an admitted batch goes into slots first..first + b - 1."""
+
+    order: list[int]  # order[j]: the index (in the batch) of the prompt going to slot first + j
+    starts: list[int]  # starts[j]: positions of slot first + j already holding its prompt's KV
+    copies: list[tuple[int, int, int]]  # (src, dst, length) to run before the prefill
+
+
+class _PrefixCache:
+    """Which free slots (those past the active ones) hold reusable KV, and of which tokens."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.entries: dict[int, _Cached] = {}
+        self.clock = 0
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+    def add(self, slot: int, tokens: list[int]) -> None:
+        self.clock += 1
+        self.entries[slot] = _Cached(tokens, self.clock)
+
+    def _match(self, prompt: list[int], targets: range) -> tuple[int, int | None, bool]:
+        """The longest usable cached prefix of `prompt`: (length, slot, whether the prompt
+        extends all of the slot's tokens), or (0, None, False)."""
+        best: tuple[int, bool, int, int | None, bool] = (0, False, 0, None, False)
+        for slot, entry in self.entries.items():
+            common = _common_prefix_len(entry.tokens, prompt)
+            n = min(common, len(prompt) - 1)  # the last prompt token runs, for its logits
+            key = (n, slot in targets, entry.used, slot, common == len(entry.tokens))
+            if n > 0 and key[:3] > best[:3]:  # ties: a slot of the batch, then most recent
+                best = key
+        return best[0], best[3], best[4]
+
+    def place(self, first: int, prompts: list[list[int]]) -> _Placement:
+        """Assign the batch's prompts to slots first.., reusing cached prefixes; keep the most
+        recently used displaced entries in free slots past the batch, evicting older ones."""
+        self.clock += 1
+        b = len(prompts)
+        targets = range(first, first + b)
+        matches = [self._match(p, targets) for p in prompts]
+        # A prompt extending all of an entry supersedes it: it takes the entry's slot when the
+        # batch fills that slot anyway (no copy), and the entry is dropped. A partly reused
+        # entry is copied from, and kept.
+        consumed = {src for _, src, full in matches if src is not None and full}
+        slot_of: dict[int, int] = {}  # prompt index -> slot
+        in_place: set[int] = set()
+        for i in sorted(range(b), key=lambda i: -matches[i][0]):
+            _, src, full = matches[i]
+            if full and src is not None and src in targets and src not in in_place:
+                slot_of[i] = src
+                in_place.add(src)
+        free = iter(t for t in targets if t not in in_place)
+        for i in range(b):
+            if i not in slot_of:
+                slot_of[i] = next(free)
+        order = [0] * b
+        starts = [0] * b
+        copies: list[tuple[int, int, int]] = []
+        for i, slot in slot_of.items():
+            order[slot - first] = i
+            n, src, _ = matches[i]
+            if src is not None:
+                starts[slot - first] = n
+                if src != slot:
+                    copies.append((src, slot, n))
+        # Other entries in the batch's slots are overwritten: move the freshest out, if room.
+        kept = {s: e for s, e in self.entries.items() if s not in targets and s not in consumed}
+        displaced = [(s, e) for s, e in self.entries.items() if s in targets and s not in consumed]
+        empty = [s for s in range(first + b, self.slots) if s not in kept]
+        for src, entry in sorted(displaced, key=lambda se: -se[1].used):
+            if empty:
+                dst = empty.pop()
+            else:
+                older = [s for s, e in kept.items() if e.used < entry.used]
+                if not older:
+                    continue
+                dst = min(older, key=lambda s: kept[s].used)
+            kept[dst] = entry
+            copies.append((src, dst, len(entry.tokens)))
+        self.entries = kept
+        return _Placement(order, starts, copies)
+
+
+def _common_prefix_len(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 @dataclass(eq=False)
 class _Update:
     tensors: dict[str, torch.Tensor]
@@ -131,12 +270,15 @@ class HFEngine:
         version: int = 0,
         seed: int | None = None,
         eos_ids: Collection[int] | None = None,
+        prefix_cache: bool = True,
     ) -> None:
         """`model`: a model directory (or a built-in name such as "default") or a loaded causal
         LM (used as is: its dtype and device). `max_batch`: sequences decoded together; more
         wait. `max_len`: prompt + completion at most (default: the model's, capped at 4096).
         `eos_ids`: the ids that end a sequence (default: the tokenizer's, the config's and the
-        generation config's; empty: never stop on a token, as benchmarks need)."""
+        generation config's; empty: never stop on a token, as benchmarks need). `prefix_cache`:
+        keep finished sequences' KV for the prompts that continue them (the fast path only;
+        see the module docstring)."""
         from honing.rollout.models import load_model, load_tokenizer, resolve_model
 
         if max_batch < 1:
@@ -164,6 +306,12 @@ class HFEngine:
         self.eos_ids = _eos_ids(model, tokenizer) if eos_ids is None else frozenset(eos_ids)
         self.fast_path = fast_path_reason(model) is None
         self._decoder: Decoder = make_decoder(model, slots=max_batch, max_len=self.max_len)
+        self._cache = (
+            _PrefixCache(max_batch)
+            if prefix_cache and isinstance(self._decoder, LlamaDecoder)
+            else None
+        )
+        self.stats = EngineStats()
         self._version = version
         self._seeds = random.Random(seed)
         self._lock = threading.Condition()
@@ -308,6 +456,8 @@ class HFEngine:
             for name, tensor in update.tensors.items():
                 params[name].copy_(tensor)
             self._decoder.refresh()
+            if self._cache is not None:  # KV of the old weights: recompute the next turns
+                self._cache.clear()
             self._version = update.version
             update.future.set_result(None)
         except Exception as exc:
@@ -333,13 +483,38 @@ class HFEngine:
             if not batch:
                 return
             try:
-                logits = self._decoder.prefill(len(self._active), [s.prompt for s in batch])
                 first = len(self._active)
+                batch, starts = self._place(first, batch)
+                logits = self._decoder.prefill(first, [s.prompt for s in batch], starts)
                 self._active.extend(batch)
                 self._sample_and_retire(logits, first)
             except Exception as exc:
                 self._fail(batch, exc)
                 self._active = [s for s in self._active if s not in batch]
+                self._forget()
+
+    def _place(self, first: int, batch: list[_Seq]) -> tuple[list[_Seq], list[int]]:
+        """The batch in slot order and the cached length of each slot (prefix cache)."""
+        prompts = [s.prompt for s in batch]
+        if self._cache is None:
+            starts = [0] * len(batch)
+        else:
+            assert isinstance(self._decoder, LlamaDecoder)
+            placement = self._cache.place(first, prompts)
+            self._decoder.copy(placement.copies)
+            batch = [batch[i] for i in placement.order]
+            starts = placement.starts
+        stats = self.stats
+        stats.prompt_tokens += sum(len(p) for p in prompts)
+        stats.cached_tokens += sum(starts)
+        stats.prefill_tokens += sum(len(p) for p in prompts) - sum(starts)
+        stats.prefix_hits += sum(1 for n in starts if n)
+        return batch, starts
+
+    def _forget(self) -> None:
+        """After a failure, no slot's KV is trusted."""
+        if self._cache is not None:
+            self._cache.clear()
 
     def _step(self) -> None:
         tokens = [s.tokens[-1] for s in self._active]
@@ -350,6 +525,7 @@ class HFEngine:
         except Exception as exc:
             self._fail(self._active, exc)
             self._active = []
+            self._forget()
 
     def _sample_and_retire(self, logits: torch.Tensor, first: int) -> None:
         """Sample one token for slots first.. from their logits; retire the finished ones."""
@@ -385,10 +561,24 @@ class HFEngine:
         keep = len(self._active) - sum(done)
         holes = [i for i in range(keep) if done[i]]
         movers = [i for i in range(keep, len(self._active)) if not done[i]]
-        for hole, mover in zip(holes, movers, strict=True):
-            seq = self._active[mover]
-            self._decoder.move(mover, hole, len(seq.prompt) + len(seq.tokens))
-            self._active[hole] = seq
+        if self._cache is None:
+            for hole, mover in zip(holes, movers, strict=True):
+                seq = self._active[mover]
+                self._decoder.move(mover, hole, len(seq.prompt) + len(seq.tokens))
+                self._active[hole] = seq
+        else:  # the finished sequences' KV stays cached: each swaps with its mover
+            assert isinstance(self._decoder, LlamaDecoder)
+            copies = []
+            for hole, mover in zip(holes, movers, strict=True):
+                seq, gone = self._active[mover], self._active[hole]
+                copies.append((mover, hole, len(seq.prompt) + len(seq.tokens)))
+                copies.append((hole, mover, len(gone.prompt) + len(gone.tokens)))
+                self._active[hole], self._active[mover] = seq, gone
+            self._decoder.copy(copies)
+            for slot in range(keep, len(self._active)):
+                gone = self._active[slot]
+                if gone.tokens:  # the last sampled token was never fed: its KV is missing
+                    self._cache.add(slot, gone.prompt + gone.tokens[:-1])
         del self._active[keep:]
 
     def _resolve(self, seq: _Seq) -> None:

@@ -8,7 +8,10 @@
 
 Slots 0..n-1 are the sequences being decoded; the engine keeps them compact (a finished
 sequence's slot is refilled from the last one with `move`), so a step only touches views of the
-cache, never gathers.
+cache, never gathers. Slots n.. are free to the engine: `LlamaDecoder` lets it keep finished
+sequences' KV there (its prefix cache across calls) — `prefill(first_slot, prompts, starts)`
+continues prompts whose first `starts[i]` positions are already in their slot, and `copy` moves
+cached KV between slots (all reads before any write, so a swap is two moves).
 
 * `LlamaDecoder` — the fast path, for Llama-family models (LlamaForCausalLM: RMSNorm, rotary,
   grouped-query attention, SiLU MLP; SmolLM2 is one). Its own forward reads the HF module's
@@ -21,16 +24,18 @@ cache, never gathers.
   module once, as a table over all positions (so rope scaling types with a static table work).
   On CPU the projections run as oneDNN linears over weights reordered once into its blocked
   layout (`make_linear`). A prefix shared by a whole prefill batch (the system prompt; the whole
-  prompt for the n samples of one task) is computed once and its KV copied to every slot.
+  prompt for the n samples of one task) is computed once (or not at all, when one row already
+  holds it) and its KV copied to every slot. Rows whose cached starts differ are prefilled
+  together, right-padded, each at its own positions with its own causal mask.
   Where the time goes (SmolLM2-135M, fp32, batch 32, 2 AVX2 cores): ~75% in those matmuls
   (8.6 GFLOP a step, ~35 GF/s a core at this batch size), ~10% attention, the rest elementwise
   ops and Python (~600 torch calls a step).
 * `GenericDecoder` — any other causal LM: the HF forward with its own cache, one sequence at a
   time. Correct, not fast.
 
-Not covered: sampling, stopping, scheduling (the engine, `hf.py`); prefix caching across calls
-(a multi-turn episode re-prefills its whole prompt each turn); sliding-window attention, biases
-in the projections, dynamic rope scaling (those models take the generic path).
+Not covered: sampling, stopping, scheduling, which KV a slot holds (the engine, `hf.py`);
+prefix reuse on the generic path; sliding-window attention, biases in the projections, dynamic
+rope scaling (those models take the generic path).
 """
 
 from __future__ import annotations
@@ -51,8 +56,12 @@ STATIC_ROPE_TYPES = frozenset({"default", "linear", "llama3", "yarn"})
 class Decoder(Protocol):
     """What the engine's decode loop needs of a model."""
 
-    def prefill(self, first_slot: int, prompts: list[list[int]]) -> torch.Tensor:
-        """Fill slots first_slot.. with the prompts; logits of each prompt's last position."""
+    def prefill(
+        self, first_slot: int, prompts: list[list[int]], starts: list[int] | None = None
+    ) -> torch.Tensor:
+        """Fill slots first_slot.. with the prompts; logits of each prompt's last position.
+        `starts[i]` (default 0): positions of slot first_slot + i that already hold the KV of
+        `prompts[i][:starts[i]]` (less than its length; only `LlamaDecoder` takes nonzero)."""
         ...
 
     def decode(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
@@ -210,42 +219,73 @@ class LlamaDecoder:
         inter = gu.shape[-1] // 2
         return x + down(F.silu(gu[..., :inter]) * gu[..., inter:])
 
-    def prefill(self, first_slot: int, prompts: list[list[int]]) -> torch.Tensor:
+    def prefill(
+        self, first_slot: int, prompts: list[list[int]], starts: list[int] | None = None
+    ) -> torch.Tensor:
+        have = list(starts) if starts is not None else [0] * len(prompts)
+        if any(not 0 <= s < len(p) for s, p in zip(have, prompts, strict=True)):
+            raise ValueError(f"prefill starts {have} must leave each prompt a token to run")
         # A prefix shared by the whole batch (the system prompt; all of it for the n samples of
-        # one task) is computed once and its KV copied to every slot.
+        # one task) is computed once, in the row that has most of it cached already, and its KV
+        # copied to the rows that lack it.
         shared = _common_prefix(prompts) if len(prompts) > 1 else 0
         shared = min(shared, min(len(p) for p in prompts) - 1)  # each keeps >= 1 token to run
-        if shared < MIN_SHARED_PREFIX:
-            shared = 0
-        else:
-            self._forward(first_slot, [prompts[0][:shared]], 0, logits=False)
-            rows = slice(first_slot + 1, first_slot + len(prompts))
-            self.k[:, rows, :, :shared] = self.k[:, first_slot : first_slot + 1, :, :shared]
-            self.v[:, rows, :, :shared] = self.v[:, first_slot : first_slot + 1, :, :shared]
-        return self._forward(first_slot, [p[shared:] for p in prompts], shared, logits=True)
+        needy = [i for i, s in enumerate(have) if s < shared]
+        donor = max(range(len(prompts)), key=lambda i: have[i])
+        if shared >= MIN_SHARED_PREFIX and needy and (len(needy) > 1 or donor not in needy):
+            if have[donor] < shared:
+                chunk = prompts[donor][have[donor] : shared]
+                self._forward(first_slot + donor, [chunk], [have[donor]], logits=False)
+            self.copy([(first_slot + donor, first_slot + i, shared) for i in needy if i != donor])
+            have = [max(s, shared) for s in have]
+        chunks = [p[s:] for p, s in zip(prompts, have, strict=True)]
+        return self._forward(first_slot, chunks, have, logits=True)
 
     def _forward(
-        self, first_slot: int, chunks: list[list[int]], start: int, *, logits: bool
+        self, first_slot: int, chunks: list[list[int]], starts: list[int], *, logits: bool
     ) -> torch.Tensor:
-        """Run `chunks` (right-padded) at positions start.. of slots first_slot.., whose first
-        `start` positions are already cached; the logits of each chunk's last token."""
+        """Run `chunks` (right-padded) at positions starts[i].. of slots first_slot + i, whose
+        first `starts[i]` positions are already cached; the logits of each chunk's last token."""
         b, longest = len(chunks), max(len(c) for c in chunks)
-        end = start + longest
+        end = max(s + len(c) for s, c in zip(starts, chunks, strict=True))
         self._ensure_capacity(end)
         ids = torch.zeros((b, longest), dtype=torch.long)  # right-padded: pads sit after the
         for i, c in enumerate(chunks):  # prompt, masked by causality, overwritten by decoding
             ids[i, : len(c)] = torch.tensor(c)
         ids = ids.to(self.device)
         x = F.embedding(ids, self.embed)  # [b, P, hidden]
-        cos, sin = self.cos[start:end, None, :], self.sin[start:end, None, :]
         rows = slice(first_slot, first_slot + b)
-        # Query i (position start + i) sees keys 0..start + i.
-        keys_at = torch.arange(end, device=self.device)[None, :]
-        mask = keys_at <= torch.arange(start, end, device=self.device)[:, None] if start else None
+        keys_at = torch.arange(end, device=self.device)
+        uniform = len(set(starts)) == 1
+        if uniform:  # one start (0 for fresh prompts): slices, and a plain causal mask at 0
+            start = starts[0]
+            cos, sin = self.cos[start:end, None, :], self.sin[start:end, None, :]
+            # Query i (position start + i) sees keys 0..start + i.
+            queries_at = torch.arange(start, end, device=self.device)
+            mask = keys_at[None, :] <= queries_at[:, None] if start else None
+        else:  # ragged: each row at its own positions; only real tokens are written
+            at = torch.tensor(starts, device=self.device)[:, None] + torch.arange(
+                longest, device=self.device
+            )  # [b, P]
+            real = (
+                torch.arange(longest, device=self.device)[None, :]
+                < torch.tensor([len(c) for c in chunks], device=self.device)[:, None]
+            )
+            table_at = at.clamp(max=self.cos.shape[0] - 1)  # pads past the table: masked out
+            cos, sin = self.cos[table_at][:, :, None, :], self.sin[table_at][:, :, None, :]
+            write_rows = (first_slot + torch.arange(b, device=self.device))[:, None].expand(
+                b, longest
+            )[real]
+            write_at = at[real]
+            mask = (keys_at[None, None, :] <= at[:, :, None])[:, None]  # [b, 1, P, end]
         for layer, (in_w, qkv, o_proj, post_w, gate_up, down) in enumerate(self.layers):
             q, k, v = self._qkv(self._norm(x, in_w), qkv, cos, sin)
-            self.k[layer, rows, :, start:end] = k.transpose(1, 2)
-            self.v[layer, rows, :, start:end] = v.transpose(1, 2)
+            if uniform:
+                self.k[layer, rows, :, start:end] = k.transpose(1, 2)
+                self.v[layer, rows, :, start:end] = v.transpose(1, 2)
+            else:
+                self.k[layer][write_rows, :, write_at] = k[real]
+                self.v[layer][write_rows, :, write_at] = v[real]
             attn = F.scaled_dot_product_attention(
                 q.transpose(1, 2),  # [b, heads, P, dim]
                 self.k[layer, rows, :, :end],
@@ -291,6 +331,23 @@ class LlamaDecoder:
         self.k[:, dst, :, :length] = self.k[:, src, :, :length]
         self.v[:, dst, :, :length] = self.v[:, src, :, :length]
 
+    def copy(self, moves: list[tuple[int, int, int]]) -> None:
+        """Copy the first `length` positions of slot src to slot dst, for each (src, dst,
+        length), as if every source were read before any destination is written (a source that
+        is also a destination is staged first), so a swap is two moves."""
+        written = {dst for src, dst, _ in moves if src != dst}
+        staged = []
+        for src, dst, length in moves:
+            if src == dst or length <= 0:
+                continue
+            k, v = self.k[:, src, :, :length], self.v[:, src, :, :length]
+            if src in written:
+                k, v = k.clone(), v.clone()
+            staged.append((dst, length, k, v))
+        for dst, length, k, v in staged:
+            self.k[:, dst, :, :length] = k
+            self.v[:, dst, :, :length] = v
+
 
 class GenericDecoder:
     """Any causal LM through its own HF forward and cache, one sequence at a time."""
@@ -313,7 +370,11 @@ class GenericDecoder:
         logits: torch.Tensor = out.logits[0, -1].float()
         return logits
 
-    def prefill(self, first_slot: int, prompts: list[list[int]]) -> torch.Tensor:
+    def prefill(
+        self, first_slot: int, prompts: list[list[int]], starts: list[int] | None = None
+    ) -> torch.Tensor:
+        if starts is not None and any(starts):
+            raise ValueError("the generic decoder prefills whole prompts only (starts all 0)")
         logits = []
         for i, prompt in enumerate(prompts):
             self.caches[first_slot + i] = None
