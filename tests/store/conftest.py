@@ -142,6 +142,7 @@ def tricky_trajectories() -> list[Trajectory]:
     chat = Trajectory(  # a chat engine: text only, versions on the turns
         task_id="chat",
         domain="tools",
+        id="chat-1",  # the empty trajectory has id "": ids must differ for lookups by id
         turns=[
             Turn(role="user", text="hi"),
             Turn(role="assistant", text="a", version=3),

@@ -381,7 +381,7 @@ async def test_trajectories_view_has_derived_columns(
     # make(): a 3-token prompt, then per step 2 model tokens (versions 5, 6) and 1 observation.
     assert rows["traj-0"] == (3, 1 + 2 * 3, 3 + 3 * 3, 2 * 3, 5, 6, 0, 0.0)
     assert rows["traj-7"] == (120, 1 + 2 * 120, 3 + 3 * 120, 2 * 120, 5, 6, 2, 1.0)
-    assert rows[""][:6] == (1, 4, 0, 0, 3, 4)  # the chat trajectory: versions from its turns
+    assert rows["chat-1"][:6] == (1, 4, 0, 0, 3, 4)  # the chat trajectory: versions from its turns
     assert rows["ü-1"][4:6] == (None, None)  # no model tokens, no versioned turn
 
 
