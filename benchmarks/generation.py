@@ -10,8 +10,9 @@ prompts, each rendered with the model's chat template, and 64 new tokens for eac
 * transformers: one `model.generate` call on the left-padded batch, `do_sample=False`,
   `max_new_tokens=64, min_new_tokens=64` (EOS suppressed, so every row makes 64 tokens), under
   `torch.inference_mode()`.
-* honing: `HFEngine(model, tokenizer, eos_ids=())` (never stops on a token, so every sequence
-  makes 64), the 32 prompts given to one `generate` call with `SamplingParams(temperature=0,
+* honing: `HFEngine(model, tokenizer, eos_ids=(), prefix_cache=False)` (never stops on a token,
+  so every sequence makes 64; no cache of the warm-up's prompts, which hf.generate lacks), the 32
+  prompts given to one `generate` call with `SamplingParams(temperature=0,
   max_new_tokens=64)` (the engine batches them: one prefill, then 63 batched decode steps).
 
 Both sides are warmed up first (a short generation of the same batch). Throughput is 32 × 64
@@ -132,7 +133,8 @@ async def main() -> None:
         flush=True,
     )
 
-    engine = HFEngine(model, tokenizer, max_batch=BATCH, eos_ids=())
+    # No prefix cache: the warm-up's prompts would be cached, and hf.generate has no such cache.
+    engine = HFEngine(model, tokenizer, max_batch=BATCH, eos_ids=(), prefix_cache=False)
     try:
         run_transformers(model, tokenizer, prompts, 4)
         await run_honing(engine, prompts, 4)
