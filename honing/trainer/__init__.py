@@ -1,0 +1,33 @@
+"""The trainer layer: the learner that turns groups of trajectories into weight updates.
+
+    config     LearnerConfig, LoraSettings
+    batching   batch_from_groups (-> TrainBatch of MicroBatch), drop_zero_variance, pack
+    learner    Learner (.update -> LearnerStats, .logprobs, .weights), check_logprob_match
+
+Not covered yet: checkpoints and exact resume, SFT, weight sync to servers, the closed loop.
+"""
+
+from honing.trainer.batching import (
+    MicroBatch,
+    TrainBatch,
+    batch_from_groups,
+    drop_zero_variance,
+    pack,
+)
+from honing.trainer.config import AdvantageEstimator, LearnerConfig, LoraSettings
+from honing.trainer.learner import Learner, LearnerStats, MatchReport, check_logprob_match
+
+__all__ = [
+    "AdvantageEstimator",
+    "Learner",
+    "LearnerConfig",
+    "LearnerStats",
+    "LoraSettings",
+    "MatchReport",
+    "MicroBatch",
+    "TrainBatch",
+    "batch_from_groups",
+    "check_logprob_match",
+    "drop_zero_variance",
+    "pack",
+]

@@ -1,0 +1,173 @@
+"""From `Group` records to tensors: per-sequence rewards and group ids, and padded micro-batches.
+
+    drop_zero_variance   dynamic sampling (DAPO): the groups whose rewards differ, and how many not
+    batch_from_groups    -> TrainBatch: rewards [N], group ids [N], micro-batches packed by tokens
+    MicroBatch           one forward pass: ids, attention mask, and next-token targets' tensors
+
+Next-token alignment is done here, once: a micro-batch's `loss_mask`, `behaviour_logprobs` and
+`versions` are [B, T-1] and position t describes the *target* `input_ids[:, t + 1]`, so they line
+up with `logits[:, :-1]` (honing.rl.token_logprobs). Packing sorts sequences by length and fills
+each micro-batch while `rows x longest` stays within the token budget, padding each only to its
+own longest sequence (right padding, so positions are 0..L-1 as in the engine).
+
+The reward is the trajectory's "outcome" component: a trajectory without one is an error (a
+missing reward must not become 0). Trajectories that ended for infrastructure reasons or as stale
+are left out before anything else (their reward says nothing about the policy).
+Not covered: advantages (the learner calls honing.rl) and process (turn-level) rewards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from honing.store.records import Ending, Group, Trajectory
+
+OUTCOME = "outcome"
+
+
+@dataclass(frozen=True, slots=True)
+class MicroBatch:
+    """Rows of one forward pass. Shapes: B rows, T = the longest row's length."""
+
+    input_ids: Tensor  # [B, T] long, right-padded with pad_id
+    attention_mask: Tensor  # [B, T] long
+    loss_mask: Tensor  # [B, T-1] bool: target input_ids[:, t+1] is a model token
+    behaviour_logprobs: Tensor  # [B, T-1] float32: the engine's logprob of that target
+    versions: Tensor  # [B, T-1] long: policy version of that target, -1 off the mask
+    rows: Tensor  # [B] long: each row's index in TrainBatch.rewards
+
+    @property
+    def tokens(self) -> int:
+        return int(self.loss_mask.sum())
+
+
+@dataclass(frozen=True, slots=True)
+class TrainBatch:
+    """N trajectories of one update, as tensors."""
+
+    rewards: Tensor  # [N] float32: components["outcome"]
+    group_ids: Tensor  # [N] long: index of the trajectory's group
+    micro_batches: list[MicroBatch]
+    trajectories: list[Trajectory]  # row i is trajectories[i]
+
+    @property
+    def sequences(self) -> int:
+        return len(self.trajectories)
+
+    @property
+    def tokens(self) -> int:
+        return sum(m.tokens for m in self.micro_batches)
+
+
+def trainable(trajectory: Trajectory) -> bool:
+    """Whether a trajectory says something about the policy (not an infrastructure failure or
+    dropped as stale)."""
+    return trajectory.ending not in (Ending.INFRA_ERROR, Ending.STALE)
+
+
+def outcome_reward(trajectory: Trajectory) -> float:
+    try:
+        return trajectory.components[OUTCOME]
+    except KeyError:
+        raise ValueError(
+            f"trajectory {trajectory.id or trajectory.task_id!r} has no {OUTCOME!r} reward "
+            f"component (has {sorted(trajectory.components)}): the environment must score the "
+            "outcome of every episode it trains on"
+        ) from None
+
+
+def drop_zero_variance(groups: Sequence[Group]) -> tuple[list[Group], int]:
+    """The groups whose trainable trajectories' outcome rewards are not all equal, and the number
+    of groups dropped (including groups with fewer than two trainable trajectories)."""
+    kept: list[Group] = []
+    for group in groups:
+        rewards = {outcome_reward(t) for t in group.trajectories if trainable(t)}
+        if len(rewards) > 1:
+            kept.append(group)
+    return kept, len(groups) - len(kept)
+
+
+def _check(trajectory: Trajectory) -> None:
+    name = trajectory.id or trajectory.task_id
+    n = len(trajectory.token_ids)
+    if n < 2:
+        raise ValueError(
+            f"trajectory {name!r} has {n} token ids: training needs the exact tokens "
+            "(use a token engine such as hf, or an OpenAI server that returns token ids)"
+        )
+    lengths = {len(trajectory.loss_mask), len(trajectory.logprobs), len(trajectory.versions)}
+    if lengths != {n}:
+        raise ValueError(
+            f"trajectory {name!r}: token_ids ({n}), loss_mask ({len(trajectory.loss_mask)}), "
+            f"logprobs ({len(trajectory.logprobs)}) and versions ({len(trajectory.versions)}) "
+            "must have one length"
+        )
+
+
+def pack(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices grouped into micro-batches: longest first, each while `rows x longest <= budget`
+    (a row longer than the budget is alone)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    packs: list[list[int]] = []
+    for i in order:
+        # sorted longest first, so a pack's first row is its longest
+        if packs and (len(packs[-1]) + 1) * lengths[packs[-1][0]] <= budget:
+            packs[-1].append(i)
+        else:
+            packs.append([i])
+    return packs
+
+
+def _micro_batch(rows: list[int], trajectories: Sequence[Trajectory], pad_id: int) -> MicroBatch:
+    width = max(len(trajectories[i].token_ids) for i in rows)
+    b = len(rows)
+    ids = torch.full((b, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, width), dtype=torch.long)
+    mask = torch.zeros((b, width), dtype=torch.bool)
+    logprobs = torch.zeros((b, width), dtype=torch.float32)
+    versions = torch.full((b, width), -1, dtype=torch.long)
+    for r, i in enumerate(rows):
+        t = trajectories[i]
+        n = len(t.token_ids)
+        ids[r, :n] = torch.tensor(t.token_ids, dtype=torch.long)
+        attention[r, :n] = 1
+        mask[r, :n] = torch.tensor(t.loss_mask, dtype=torch.bool)
+        logprobs[r, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
+        versions[r, :n] = torch.tensor(t.versions, dtype=torch.long)
+    mask[:, 0] = False  # the first token is never predicted
+    return MicroBatch(
+        input_ids=ids,
+        attention_mask=attention,
+        loss_mask=mask[:, 1:],
+        behaviour_logprobs=torch.where(mask, logprobs, 0.0)[:, 1:],
+        versions=torch.where(mask, versions, -1)[:, 1:],
+        rows=torch.tensor(rows, dtype=torch.long),
+    )
+
+
+def batch_from_groups(
+    groups: Sequence[Group], pad_id: int, *, micro_batch_tokens: int = 4096
+) -> TrainBatch:
+    """The trainable trajectories of `groups` as a `TrainBatch` (see the module docstring)."""
+    if micro_batch_tokens < 1:
+        raise ValueError(f"micro_batch_tokens {micro_batch_tokens}: must be at least 1")
+    trajectories: list[Trajectory] = []
+    group_ids: list[int] = []
+    for g, group in enumerate(groups):
+        for t in group.trajectories:
+            if trainable(t):
+                _check(t)
+                trajectories.append(t)
+                group_ids.append(g)
+    rewards = torch.tensor([outcome_reward(t) for t in trajectories], dtype=torch.float32)
+    packs = pack([len(t.token_ids) for t in trajectories], micro_batch_tokens)
+    return TrainBatch(
+        rewards=rewards,
+        group_ids=torch.tensor(group_ids, dtype=torch.long),
+        micro_batches=[_micro_batch(rows, trajectories, pad_id) for rows in packs],
+        trajectories=trajectories,
+    )

@@ -1,0 +1,112 @@
+"""The learner's configuration section: algorithm, optimiser, schedule, batching, LoRA, precision.
+
+Covered: `LearnerConfig` and its `LoraSettings`. Not covered: the run's other sections (rollout,
+tasks, evaluation, checkpoints), which the closed loop's config composes next to this one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from honing.config import StrictModel
+from honing.rl import Aggregation, KLEstimator
+
+AdvantageEstimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"]
+
+
+class LoraSettings(StrictModel):
+    """A LoRA adapter (Hu et al. 2021) on the named linear modules; the base stays frozen."""
+
+    r: int = Field(16, ge=1, description="Rank of the adapter's A and B matrices.")
+    alpha: float = Field(32.0, gt=0, description="Scale numerator: the update is alpha / r * B A.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter's input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        min_length=1,
+        description="Names (suffixes) of the linear modules that get an adapter.",
+    )
+
+
+class LearnerConfig(StrictModel):
+    """How the learner turns groups of trajectories into one optimiser step."""
+
+    advantage: AdvantageEstimator = Field(
+        "grpo",
+        description="Advantage estimator over each group's outcome rewards (honing.rl.advantages).",
+    )
+    aggregation: Aggregation = Field(
+        "token",
+        description="How per-token losses are averaged: token (DAPO), sequence (GRPO), "
+        "constant (Dr.GRPO, divides by norm_len).",
+    )
+    norm_len: int = Field(
+        512,
+        ge=1,
+        description="The fixed normaliser of aggregation 'constant': use the generation budget "
+        "(max_new_tokens).",
+    )
+    eps_low: float = Field(0.2, ge=0, description="Lower clip bound of the ratio: 1 - eps_low.")
+    eps_high: float = Field(
+        0.28, ge=0, description="Upper clip bound: 1 + eps_high (clip-higher when > eps_low)."
+    )
+    kl_coef: float = Field(
+        0.0, ge=0, description="Weight of the KL term to the reference model; 0 loads no reference."
+    )
+    kl_estimator: KLEstimator = Field("k3", description="KL estimator (honing.rl.kl).")
+    dynamic_sampling: bool = Field(
+        True,
+        description="Drop groups whose rewards are all equal (DAPO): they carry no signal.",
+    )
+    lr: float = Field(1e-5, gt=0, description="Peak learning rate of AdamW.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW's decoupled weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW's (beta1, beta2).")
+    warmup_steps: int = Field(0, ge=0, description="Updates of linear warm-up from 0 to lr.")
+    schedule: Literal["constant", "cosine"] = Field(
+        "constant", description="Learning rate after warm-up: constant, or cosine decay to 0."
+    )
+    schedule_steps: int = Field(
+        1000,
+        ge=1,
+        description="Updates over which the cosine schedule decays (warm-up included).",
+    )
+    max_grad_norm: float = Field(
+        1.0, gt=0, description="Clip the global gradient norm to this value."
+    )
+    micro_batch_tokens: int = Field(
+        4096,
+        ge=1,
+        description="Padded tokens per forward pass; a longer sequence gets a pass of its own.",
+    )
+    temperature: float = Field(
+        1.0,
+        ge=0,
+        description="Temperature the logprobs are scored at: must equal the sampling temperature "
+        "(0 is greedy and scored at 1, as the engine does).",
+    )
+    lora: LoraSettings | None = Field(None, description="A LoRA adapter; None trains every weight.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32",
+        description="float32, or bfloat16 autocast for the forward pass (weights stay float32).",
+    )
+    max_importance_weight: float = Field(
+        2.0,
+        ge=1,
+        description="Cap of the decoupled-PPO importance weight exp(proximal - behaviour).",
+    )
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="Drop tokens more than this many policy versions old; None keeps all.",
+    )
+    zero_grad_warn_after: int = Field(
+        3, ge=1, description="Warn after this many consecutive updates with a zero gradient."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> LearnerConfig:
+        b1, b2 = self.betas
+        if not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise ValueError(f"betas {self.betas}: each must be in [0, 1)")
+        return self

@@ -1,0 +1,478 @@
+"""The learner: one optimiser step per batch of groups, on any transformers causal LM.
+
+    Learner               full fine-tune or LoRA (peft), AdamW, warm-up + constant/cosine schedule
+      .update(groups)     -> LearnerStats: dynamic sampling, advantages, micro-batched
+                          gradient accumulation, clipping, one step; version += 1
+      .logprobs(trajs)    teacher-forced token logprobs at the config temperature
+      .weights()          name -> tensor for `HFEngine.update_weights` (merged LoRA for LoRA)
+    check_logprob_match   engine's behaviour logprobs vs the learner's on the same tokens
+
+The loss is decoupled PPO (honing.rl.decoupled_policy_loss) with one optimiser step per batch:
+the proximal policy is the learner's weights before the step, i.e. the current forward pass
+detached, so the clipped ratio is 1 and the behaviour/proximal gap (stale or partial-rollout
+tokens, engine numerics) is corrected by the capped importance weight alone. Each micro-batch's
+loss is divided by the batch's *global* token (or sequence) count, so the accumulated gradient
+equals the one-big-batch gradient.
+
+Two warnings guard the ways RL runs silently stop learning: every group of an update had equal
+rewards (nothing to learn from), and a zero gradient for several updates in a row. The warning is
+on the gradient, not on the loss: with the ratio at 1 a GRPO loss is -mean(A), which is ~0 by
+construction (advantages are centred per group), so an exactly zero loss alone is not a symptom.
+
+Not covered: several PPO epochs over one batch, a value head (GAE), turn-level rewards, the
+engine-side sync to servers (files + reload), checkpoints (save/load), FSDP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from honing.rl import (
+    aggregate,
+    decoupled_policy_loss,
+    dr_grpo_advantages,
+    grpo_advantages,
+    kl_penalty,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    staleness_mask,
+    token_entropy,
+    token_logprobs,
+)
+from honing.store.records import Group, Trajectory
+from honing.trainer.batching import (
+    MicroBatch,
+    TrainBatch,
+    batch_from_groups,
+    drop_zero_variance,
+    trainable,
+)
+from honing.trainer.config import AdvantageEstimator, LearnerConfig
+
+log = logging.getLogger(__name__)
+
+_ADVANTAGES = {
+    "grpo": grpo_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "rloo": rloo_advantages,
+    "reinforce_pp": reinforce_pp_advantages,
+}
+
+
+def advantages(name: AdvantageEstimator, rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """Per-sequence advantages [N] by the named estimator."""
+    return _ADVANTAGES[name](rewards, group_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerStats:
+    """What one `update` did. Means are over the update's model tokens."""
+
+    version: int  # the policy version after this update
+    loss: float  # the total loss (policy + kl_coef * KL)
+    policy_loss: float
+    clip_frac_low: float
+    clip_frac_high: float
+    approx_kl: float  # k3 estimate of KL(proximal || current): 0 with one step per batch
+    ratio_mean: float
+    is_weight_mean: float  # mean importance weight exp(proximal - behaviour), after the cap
+    is_capped_frac: float  # share of tokens whose weight hit max_importance_weight
+    kl: float  # mean KL to the reference model (0 when kl_coef is 0)
+    entropy: float  # mean token entropy at the config temperature
+    advantage_abs_mean: float
+    grad_norm: float  # before clipping
+    lr: float  # the learning rate this step used
+    tokens: int  # model tokens trained on
+    sequences: int
+    micro_batches: int
+    groups: int  # groups received
+    dropped_groups: int  # zero-variance groups dropped (dynamic sampling)
+    stale_tokens: int  # model tokens left out for being older than max_staleness
+    seconds: float
+    stepped: bool  # False when nothing was left to train on (no optimiser step was taken)
+
+
+@dataclass(frozen=True, slots=True)
+class MatchReport:
+    """Engine (behaviour) vs learner logprobs on the same model tokens."""
+
+    tokens: int
+    max_abs_diff: float
+    mean_abs_diff: float
+
+    def __str__(self) -> str:
+        return (
+            f"logprob match over {self.tokens} tokens: max |diff| {self.max_abs_diff:.2e}, "
+            f"mean {self.mean_abs_diff:.2e}"
+        )
+
+
+class _Sums:
+    """Token-weighted sums of the per-micro-batch statistics."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+
+    def add(self, name: str, value: Tensor | float, weight: float) -> None:
+        self.values[name] = self.values.get(name, 0.0) + float(value) * weight
+
+    def get(self, name: str) -> float:
+        return self.values.get(name, 0.0)
+
+
+class Learner:
+    """See the module docstring. `version` counts optimiser steps; it is the policy version the
+    caller stamps on the next weight sync."""
+
+    def __init__(
+        self,
+        model: str | Path | Any,
+        config: LearnerConfig,
+        *,
+        pad_id: int | None = None,
+        version: int = 0,
+    ) -> None:
+        """`model`: a model directory, a built-in name ("default"), or a loaded causal LM (trained
+        in place; it is cast to float32). `pad_id`: the padding token (default: the tokenizer's
+        pad, else its eos, else 0; padding is masked, so its value only has to be a valid id)."""
+        self.config = config
+        self.tokenizer: Any = None
+        if isinstance(model, (str, Path)):
+            from honing.rollout.models import load_model, load_tokenizer, resolve_model
+
+            path = resolve_model(str(model))
+            model = load_model(path, "float32")
+            self.tokenizer = load_tokenizer(path)
+        model = model.float()
+        model.config.use_cache = False
+        if config.lora is not None:
+            model = _with_lora(model, config)
+        else:
+            model.requires_grad_(True)
+        self.model: Any = model
+        self.pad_id = pad_id if pad_id is not None else _pad_id(self.tokenizer)
+        self.version = version
+        self.steps = 0
+        self.reference: Any = None
+        if config.kl_coef > 0 and config.lora is None:
+            self.reference = copy.deepcopy(model).requires_grad_(False).eval()
+        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.parameters,
+            lr=config.lr,
+            betas=config.betas,
+            weight_decay=config.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self._zero_grad_updates = 0
+
+    # ---- public API ------------------------------------------------------------------------
+
+    def update(self, groups: Sequence[Group]) -> LearnerStats:
+        """One optimiser step on `groups` (see the module docstring)."""
+        start = time.perf_counter()
+        cfg = self.config
+        if cfg.dynamic_sampling:
+            kept, dropped = drop_zero_variance(groups)
+        else:
+            kept, dropped = list(groups), 0
+        if groups and not kept:
+            log.warning(
+                "learner: every one of the %d groups of this update had equal rewards "
+                "(zero variance): nothing to learn, no step taken. The tasks are all too easy or "
+                "too hard for the policy, or the reward is constant (check the environment's "
+                "outcome reward)",
+                len(groups),
+            )
+        lr = self.optimizer.param_groups[0]["lr"]
+        sums, batch, stale = self.backward(kept)
+        tokens = batch.tokens - stale if batch is not None else 0
+        if batch is None or tokens == 0:
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._stats(sums, batch, groups, dropped, stale, 0.0, lr, start, False)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, cfg.max_grad_norm))
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(
+                f"learner: gradient norm is {grad_norm} at update {self.steps}; no step taken. "
+                "Lower lr, or use dtype float32"
+            )
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps += 1
+        self.version += 1
+        self._watch_gradient(grad_norm, sums.get("loss"))
+        return self._stats(sums, batch, groups, dropped, stale, grad_norm, lr, start, True)
+
+    def backward(self, groups: Sequence[Group]) -> tuple[_Sums, TrainBatch | None, int]:
+        """Accumulate the loss gradient of `groups` into the parameters' `.grad` (no step): the
+        statistics' sums, the batch (None when no trajectory is trainable), and the number of
+        model tokens left out as stale."""
+        cfg = self.config
+        sums = _Sums()
+        if not any(trainable(t) for g in groups for t in g.trajectories):
+            return sums, None, 0
+        batch = batch_from_groups(groups, self.pad_id, micro_batch_tokens=cfg.micro_batch_tokens)
+        adv = advantages(cfg.advantage, batch.rewards, batch.group_ids)
+        masks = [self._mask(mb) for mb in batch.micro_batches]
+        tokens = sum(int(m.sum()) for m in masks)
+        stale = batch.tokens - tokens
+        if tokens == 0:
+            return sums, batch, stale
+        rows = sum(int(m.any(-1).sum()) for m in masks)
+        count = tokens if cfg.aggregation == "token" else rows
+        sums.add("advantage_abs_mean", adv.abs().mean(), 1.0)
+        self.model.train()
+        try:
+            for mb, mask in zip(batch.micro_batches, masks, strict=True):
+                if mask.any():
+                    self._backward_micro(mb, mask, adv, count, sums)
+        finally:
+            self.model.eval()
+        return sums, batch, stale
+
+    @torch.no_grad()
+    def logprobs(self, trajectories: Sequence[Trajectory]) -> list[list[float]]:
+        """Teacher-forced logprobs of each trajectory's tokens at the config temperature, aligned
+        with token_ids like Trajectory.logprobs (0.0 where loss_mask is 0 and at position 0)."""
+        out: list[list[float]] = [[] for _ in trajectories]
+        group = Group(task_id="", group_id="", trajectories=list(trajectories))
+        batch = batch_from_groups(
+            [group], self.pad_id, micro_batch_tokens=self.config.micro_batch_tokens
+        )
+        index = {id(t): i for i, t in enumerate(trajectories)}
+        for mb in batch.micro_batches:
+            logp = self._token_logprobs(self.model, mb)
+            logp = torch.where(mb.loss_mask, logp, 0.0)
+            for r, row in enumerate(mb.rows.tolist()):
+                traj = batch.trajectories[row]
+                n = len(traj.token_ids)
+                out[index[id(traj)]] = [0.0, *logp[r, : n - 1].tolist()]
+        return out
+
+    @torch.no_grad()
+    def weights(self) -> dict[str, Tensor]:
+        """Weights for `HFEngine.update_weights`, under the base model's names: every parameter
+        for a full fine-tune; for LoRA only the adapted modules' merged weights W + s·B·A."""
+        if self.config.lora is None:
+            return {n: p.detach() for n, p in self.model.named_parameters()}
+        from peft.tuners.lora import LoraLayer
+
+        merged: dict[str, Tensor] = {}
+        for name, module in self.model.named_modules():
+            if isinstance(module, LoraLayer):
+                layer: Any = module
+                weight: Tensor = layer.get_base_layer().weight.detach()
+                delta: Tensor = layer.get_delta_weight("default")
+                merged[_base_name(name) + ".weight"] = weight + delta.to(weight.dtype)
+        return merged
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _lr_factor(self, step: int) -> float:
+        cfg = self.config
+        if step < cfg.warmup_steps:
+            return (step + 1) / (cfg.warmup_steps + 1)
+        if cfg.schedule == "constant":
+            return 1.0
+        span = max(1, cfg.schedule_steps - cfg.warmup_steps)
+        progress = min(1.0, (step - cfg.warmup_steps) / span)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    def _mask(self, mb: MicroBatch) -> Tensor:
+        if self.config.max_staleness is None:
+            return mb.loss_mask
+        return staleness_mask(
+            mb.versions, self.version, mb.loss_mask, max_staleness=self.config.max_staleness
+        )
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.config.dtype == "bfloat16":
+            device = next(self.model.parameters()).device.type
+            return torch.autocast(device_type=device, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _logits(self, model: Any, mb: MicroBatch) -> Tensor:
+        device = next(model.parameters()).device
+        with self._autocast():
+            out = model(
+                input_ids=mb.input_ids.to(device),
+                attention_mask=mb.attention_mask.to(device),
+                use_cache=False,
+            )
+        logits: Tensor = out.logits[:, :-1]
+        return logits
+
+    def _token_logprobs(self, model: Any, mb: MicroBatch) -> Tensor:
+        logits = self._logits(model, mb)
+        targets = mb.input_ids[:, 1:].to(logits.device)
+        return token_logprobs(logits, targets, temperature=self.config.temperature).cpu()
+
+    @contextlib.contextmanager
+    def _reference(self) -> Iterator[Any]:
+        if self.reference is not None:
+            yield self.reference
+        else:  # LoRA: the base model is the reference, with the adapter switched off
+            with self.model.disable_adapter():
+                yield self.model
+
+    def _backward_micro(
+        self, mb: MicroBatch, mask: Tensor, adv: Tensor, count: int, sums: _Sums
+    ) -> None:
+        cfg = self.config
+        logits = self._logits(self.model, mb)
+        targets = mb.input_ids[:, 1:].to(logits.device)
+        logp = token_logprobs(logits, targets, temperature=cfg.temperature)
+        device = logp.device
+        mask = mask.to(device)
+        token_adv = adv.to(device)[mb.rows.to(device)][:, None].expand_as(logp)
+        result = decoupled_policy_loss(
+            logp,
+            logp.detach(),
+            mb.behaviour_logprobs.to(device),
+            token_adv,
+            mask,
+            eps_low=cfg.eps_low,
+            eps_high=cfg.eps_high,
+            max_weight=cfg.max_importance_weight,
+            aggregation=cfg.aggregation,
+            norm_len=cfg.norm_len,
+            global_count=count,
+        )
+        loss = result.loss
+        n = float(mask.sum())
+        if cfg.kl_coef > 0:
+            with torch.no_grad(), self._reference() as ref:
+                ref_logp = token_logprobs(
+                    self._logits(ref, mb), targets, temperature=cfg.temperature
+                )
+            per_token = kl_penalty(logp, ref_logp, mask, estimator=cfg.kl_estimator)
+            kl_loss = aggregate(
+                per_token, mask, cfg.aggregation, norm_len=cfg.norm_len, global_count=count
+            )
+            loss = loss + cfg.kl_coef * kl_loss
+            sums.add("kl", (per_token.detach() * mask).sum() / max(n, 1.0), n)
+        loss.backward()  # type: ignore[no-untyped-call]
+        with torch.no_grad():
+            entropy = token_entropy(logits.detach(), temperature=cfg.temperature)
+            sums.add("entropy", (entropy * mask).sum() / max(n, 1.0), n)
+        sums.add("loss", loss.detach(), 1.0)
+        sums.add("policy_loss", result.loss.detach(), 1.0)
+        for name in (
+            "clip_frac_low",
+            "clip_frac_high",
+            "approx_kl",
+            "ratio_mean",
+            "is_weight_mean",
+            "is_capped_frac",
+        ):
+            sums.add(name, getattr(result.stats, name), n)
+        sums.add("tokens", n, 1.0)
+
+    def _watch_gradient(self, grad_norm: float, loss: float) -> None:
+        if grad_norm != 0.0:
+            self._zero_grad_updates = 0
+            return
+        self._zero_grad_updates += 1
+        if self._zero_grad_updates >= self.config.zero_grad_warn_after:
+            log.warning(
+                "learner: the gradient has been exactly 0 for %d updates in a row (loss %.3g): "
+                "the policy is not learning. Check that rewards vary within groups, that "
+                "loss_mask marks the model's tokens, and that lr > 0",
+                self._zero_grad_updates,
+                loss,
+            )
+
+    def _stats(
+        self,
+        sums: _Sums,
+        batch: TrainBatch | None,
+        groups: Sequence[Group],
+        dropped: int,
+        stale: int,
+        grad_norm: float,
+        lr: float,
+        start: float,
+        stepped: bool,
+    ) -> LearnerStats:
+        n = max(sums.get("tokens"), 1.0)
+        return LearnerStats(
+            version=self.version,
+            loss=sums.get("loss"),
+            policy_loss=sums.get("policy_loss"),
+            clip_frac_low=sums.get("clip_frac_low") / n,
+            clip_frac_high=sums.get("clip_frac_high") / n,
+            approx_kl=sums.get("approx_kl") / n,
+            ratio_mean=sums.get("ratio_mean") / n,
+            is_weight_mean=sums.get("is_weight_mean") / n,
+            is_capped_frac=sums.get("is_capped_frac") / n,
+            kl=sums.get("kl") / n,
+            entropy=sums.get("entropy") / n,
+            advantage_abs_mean=sums.get("advantage_abs_mean"),
+            grad_norm=grad_norm,
+            lr=lr,
+            tokens=int(sums.get("tokens")),
+            sequences=batch.sequences if batch is not None else 0,
+            micro_batches=len(batch.micro_batches) if batch is not None else 0,
+            groups=len(groups),
+            dropped_groups=dropped,
+            stale_tokens=stale,
+            seconds=time.perf_counter() - start,
+            stepped=stepped,
+        )
+
+
+def check_logprob_match(learner: Learner, trajectories: Sequence[Trajectory]) -> MatchReport:
+    """Compare the engine's behaviour logprobs (Trajectory.logprobs) with the learner's on the
+    model tokens of `trajectories`. Run it at start-up on a first batch: for the hf engine in
+    float32 the difference must be ~0; a large one means the temperature, the tokens or the
+    weights differ between engine and learner, and the importance weights will be off."""
+    ours = learner.logprobs(trajectories)
+    diffs: list[float] = []
+    for t, mine in zip(trajectories, ours, strict=True):
+        for i, (m, theirs, lp) in enumerate(zip(t.loss_mask, t.logprobs, mine, strict=True)):
+            if m and i > 0:
+                diffs.append(abs(theirs - lp))
+    if not diffs:
+        return MatchReport(0, 0.0, 0.0)
+    return MatchReport(len(diffs), max(diffs), sum(diffs) / len(diffs))
+
+
+def _pad_id(tokenizer: Any) -> int:
+    for attr in ("pad_token_id", "eos_token_id"):
+        value = getattr(tokenizer, attr, None)
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def _base_name(peft_name: str) -> str:
+    prefix = "base_model.model."
+    return peft_name[len(prefix) :] if peft_name.startswith(prefix) else peft_name
+
+
+def _with_lora(model: Any, config: LearnerConfig) -> Any:
+    from peft import LoraConfig, get_peft_model
+
+    lora = config.lora
+    assert lora is not None
+    peft_config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,  # type: ignore[arg-type]
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        bias="none",
+    )
+    return get_peft_model(model, peft_config)

@@ -1,0 +1,93 @@
+"""batch_from_groups, packing and dynamic sampling on hand-built trajectories."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from honing.store.records import Ending, Group, Trajectory
+from honing.trainer import batch_from_groups, drop_zero_variance, pack
+
+
+def traj(ids: list[int], mask: list[int], outcome: float | None = 1.0, **kw: object) -> Trajectory:
+    logprobs = [-0.5 * (i + 1) if m else 0.0 for i, m in enumerate(mask)]
+    versions = [2 if m else -1 for m in mask]
+    components = {} if outcome is None else {"outcome": outcome}
+    return Trajectory(
+        task_id="t",
+        domain="math",
+        token_ids=ids,
+        loss_mask=mask,
+        logprobs=logprobs,
+        versions=versions,
+        components=components,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_targets_are_shifted_for_next_token_prediction() -> None:
+    t = traj([5, 6, 7, 8, 9], [0, 0, 1, 1, 0])
+    batch = batch_from_groups([Group("t", "g", [t])], pad_id=0)
+    (mb,) = batch.micro_batches
+    assert mb.input_ids.tolist() == [[5, 6, 7, 8, 9]]
+    # position t describes the target input_ids[t + 1]: 6, 7, 8, 9
+    assert mb.loss_mask.tolist() == [[False, True, True, False]]
+    assert mb.behaviour_logprobs.tolist() == [[0.0, -1.5, -2.0, 0.0]]
+    assert mb.versions.tolist() == [[-1, 2, 2, -1]]
+    assert batch.tokens == 2
+
+
+def test_padding_rewards_and_group_ids() -> None:
+    g0 = Group(
+        "a", "a", [traj([1, 2, 3], [0, 1, 1], 1.0), traj([1, 2, 3, 4, 5], [0, 1, 1, 1, 1], 0.0)]
+    )
+    g1 = Group("b", "b", [traj([7, 8], [0, 1], 0.5)])
+    batch = batch_from_groups([g0, g1], pad_id=99, micro_batch_tokens=1000)
+    assert batch.rewards.tolist() == [1.0, 0.0, 0.5]
+    assert batch.group_ids.tolist() == [0, 0, 1]
+    (mb,) = batch.micro_batches
+    # longest first: rows 1, 0, 2, padded to 5 with 99
+    assert mb.rows.tolist() == [1, 0, 2]
+    assert mb.input_ids.tolist() == [[1, 2, 3, 4, 5], [1, 2, 3, 99, 99], [7, 8, 99, 99, 99]]
+    assert mb.attention_mask.sum(-1).tolist() == [5, 3, 2]
+    assert not bool(mb.loss_mask[1, 2:].any())  # padding is never trained on
+    assert batch.tokens == 4 + 2 + 1
+
+
+def test_pack_fills_to_the_budget_longest_first() -> None:
+    # order by length: 0 (10), 2 (7), 3 (4), 1 (3); 2 rows x 10 = 20 fits, a third would not
+    assert pack([10, 3, 7, 4], 20) == [[0, 2], [3, 1]]
+    assert pack([30, 5], 20) == [[0], [1]]  # too long for the budget: alone
+    assert pack([], 20) == []
+
+
+def test_micro_batches_pad_only_to_their_own_longest() -> None:
+    ts = [traj(list(range(1, n + 1)), [0] + [1] * (n - 1)) for n in (10, 3, 7, 4)]
+    batch = batch_from_groups([Group("t", "g", ts)], pad_id=0, micro_batch_tokens=20)
+    assert [tuple(m.input_ids.shape) for m in batch.micro_batches] == [(2, 10), (2, 4)]
+    assert batch.tokens == 9 + 2 + 6 + 3
+
+
+def test_missing_outcome_is_an_error_and_failures_are_left_out() -> None:
+    with pytest.raises(ValueError, match="outcome"):
+        batch_from_groups([Group("t", "g", [traj([1, 2], [0, 1], None)])], pad_id=0)
+    failed = traj([], [], None, ending=Ending.INFRA_ERROR)
+    batch = batch_from_groups([Group("t", "g", [failed, traj([1, 2], [0, 1], 1.0)])], pad_id=0)
+    assert batch.sequences == 1
+
+
+def test_inconsistent_lengths_are_an_error() -> None:
+    bad = traj([1, 2, 3], [0, 1, 1])
+    bad.logprobs = [0.0]
+    with pytest.raises(ValueError, match="one length"):
+        batch_from_groups([Group("t", "g", [bad])], pad_id=0)
+
+
+def test_drop_zero_variance_counts_the_dropped_groups() -> None:
+    same = Group("a", "a", [traj([1, 2], [0, 1], 1.0), traj([1, 2], [0, 1], 1.0)])
+    mixed = Group("b", "b", [traj([1, 2], [0, 1], 1.0), traj([1, 2], [0, 1], 0.0)])
+    alone = Group("c", "c", [traj([1, 2], [0, 1], 1.0)])
+    kept, dropped = drop_zero_variance([same, mixed, alone])
+    assert [g.group_id for g in kept] == ["b"]
+    assert dropped == 2
+    assert torch.equal(batch_from_groups(kept, pad_id=0).rewards, torch.tensor([1.0, 0.0]))
