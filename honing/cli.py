@@ -552,9 +552,9 @@ def rollout_command(
     """Offline generation: N trajectories per task through the async scheduler, written to the
     trajectory store in OUT (Parquet; query with `honing store query OUT "SQL"`), then a summary.
     """
+    from honing.eval.summary import format_summary, summarize
     from honing.rollout.offline import rollout, rollout_ray
     from honing.rollout.scheduler import SchedulerConfig
-    from honing.store import format_summary
 
     try:
         if n < 1:
@@ -614,7 +614,8 @@ def rollout_command(
 
     started = time.monotonic()
     try:
-        summary = asyncio.run(go())
+        asyncio.run(go())
+        summary = summarize(out)
     except HoningError as exc:
         raise _fail(str(exc)) from exc
     typer.echo(format_summary(summary))

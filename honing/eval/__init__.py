@@ -3,10 +3,12 @@
     policies   the `Policy` protocol; scripted `reference` and `noop` policies
     metrics    the recorded `Step`/`Episode` and pure functions computing each tier
     runner     k episodes per task through the registered environments; the `EvalReport`
+    model      the same for a model: an engine acting through the rollout agent loop
+    summary    the closing summary of a stored rollout (success, pass@k, endings, time)
 
 Covered: every registered domain, reported overall, per domain and per tag; infrastructure
-failures counted apart from the policy's failures. Not covered yet: model policies (an engine
-behind the same protocol), storing episodes, and model-graded judgements of single actions.
+failures counted apart from the policy's failures. Not covered yet: model-graded judgements of
+single actions.
 """
 
 from honing.eval.metrics import (

@@ -1,7 +1,7 @@
 """Offline generation: every task of a task set, n samples each, through the scheduler, stored.
 
     async with SandboxPool(config) as pool:
-        summary = await rollout(taskset, engine, pool, out=Path("runs/r1"), n=4,
+        written = await rollout(taskset, engine, pool, out=Path("runs/r1"), n=4,
                                 agent=AgentConfig(sampling=SamplingParams(max_new_tokens=256)))
 
 Each sample is one episode of the token-faithful agent loop in a fresh environment of the task's
@@ -32,7 +32,7 @@ from honing.rollout.engines import Dtype
 from honing.rollout.engines.base import Engine
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
 from honing.sandbox import SandboxPool
-from honing.store import RolloutSummary, TrajectoryWriter, summarize
+from honing.store import TrajectoryWriter
 from honing.store.records import Group, Trajectory
 from honing.tasks.load import AnyTask, TaskSet
 
@@ -52,9 +52,10 @@ async def rollout(
     scheduler: SchedulerConfig | None = None,
     engine_name: str = "",
     on_group: Callable[[Group], None] | None = None,
-) -> RolloutSummary:
+) -> int:
     """Generate `n` trajectories per task into the store at `out` (engine and sandbox in this
-    process); the summary of what was run."""
+    process); the number of trajectories in the store. `honing.eval.summary.summarize(out)` says
+    how they did."""
     env_config = env or EnvConfig(max_steps=agent.max_turns)
 
     async def run(task: AnyTask, sample: int, gate: Gate) -> Trajectory:
@@ -79,7 +80,7 @@ async def rollout_ray(
     dtype: Dtype = "auto",
     max_batch: int = 32,
     on_group: Callable[[Group], None] | None = None,
-) -> RolloutSummary:
+) -> int:
     """The same on Ray (`backend: ray`): the engine `make_engine(engine)` builds runs in engine
     actors, environments and their sandboxes in sandbox actors; both worker sets are the
     scheduler's elastic pools."""
@@ -108,7 +109,7 @@ async def _store(
     agent: AgentConfig,
     engine_name: str,
     on_group: Callable[[Group], None] | None,
-) -> RolloutSummary:
+) -> int:
     """Submit every task to `sched` and write each finished group to the store at `out`."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "rollout.json").write_text(json.dumps({
@@ -136,4 +137,4 @@ async def _store(
         finally:
             submitter.cancel()
             await asyncio.gather(submitter, return_exceptions=True)
-    return summarize(out)
+    return writer.offset

@@ -4,15 +4,14 @@
         await writer.add_group(group)                   # + RUN/store.json (the manifest)
     read_trajectories(run_dir)                          # -> list[Trajectory], equal to those added
     query(run_dir, "SELECT domain, avg(reward) FROM trajectories GROUP BY 1")
-    summarize(run_dir)                                  # -> RolloutSummary
 
     records   Trajectory, Turn, Retry, Group, Ending (the records themselves)
     schema    the explicit Arrow schema of a shard and the conversion to and from records
     files     the on-disk layout, the manifest, finding complete shards
     writer    TrajectoryWriter: buffered, atomic shards, resumable
     query     reading back: records, SQL views `trajectories` and `turns`, terminal formatting
-    summary   the closing summary of a rollout
 
+The closing summary of a rollout (success, pass@k) is `honing.eval.summary`.
 Not covered yet: re-scoring stored trajectories without regenerating them (a later issue).
 """
 
@@ -32,7 +31,6 @@ from honing.store.query import (
 )
 from honing.store.records import Ending, Group, Retry, Trajectory, Turn
 from honing.store.schema import SCHEMA_VERSION, TRAJECTORY
-from honing.store.summary import Outcome, RolloutSummary, format_summary, summarize
 from honing.store.writer import TrajectoryWriter, WriterState
 
 __all__ = [
@@ -42,10 +40,8 @@ __all__ = [
     "Ending",
     "Group",
     "Manifest",
-    "Outcome",
     "QueryResult",
     "Retry",
-    "RolloutSummary",
     "Shard",
     "Trajectory",
     "TrajectoryWriter",
@@ -55,12 +51,10 @@ __all__ = [
     "complete_shards",
     "describe",
     "format_cell",
-    "format_summary",
     "format_text",
     "format_views",
     "iter_trajectories",
     "query",
     "read_trajectories",
     "rich_table",
-    "summarize",
 ]

@@ -8,14 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from honing.store import (
-    Ending,
-    Retry,
-    Trajectory,
-    TrajectoryWriter,
-    format_summary,
-    summarize,
-)
+from honing.eval.summary import format_summary, summarize
+from honing.store import Ending, Retry, Trajectory, TrajectoryWriter
 
 MakeTrajectory = Callable[..., Trajectory]
 
