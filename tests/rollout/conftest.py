@@ -4,10 +4,11 @@ random-weight Llama built from a config, so that decoding is fast and nothing is
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from honing.rollout.models import load_tokenizer, resolve_model
+from honing.rollout.models import load_model, load_tokenizer, resolve_model
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +42,14 @@ def tiny_model_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.fixture
+def model(tiny_model_dir: Path) -> Any:
+    """The tiny model, loaded fresh in fp32 (exact comparisons with HF's own forward)."""
+    return load_model(tiny_model_dir, "float32")
+
+
+@pytest.fixture
+def tokenizer(tiny_model_dir: Path) -> Any:
+    return load_tokenizer(tiny_model_dir)

@@ -14,19 +14,9 @@ import torch
 from honing.errors import EngineError
 from honing.rollout.engines.base import FinishReason, Prompt, SamplingParams, WeightUpdate
 from honing.rollout.engines.hf import HFEngine
-from honing.rollout.models import load_model, load_tokenizer
+from honing.rollout.models import load_model
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
-
-
-@pytest.fixture
-def model(tiny_model_dir: Path) -> Any:
-    return load_model(tiny_model_dir, "float32")
-
-
-@pytest.fixture
-def tokenizer(tiny_model_dir: Path) -> Any:
-    return load_tokenizer(tiny_model_dir)
 
 
 def prompts(tokenizer: Any) -> list[list[int]]:
