@@ -1,0 +1,229 @@
+"""The learner on a tiny random Llama: logprob match with the hf engine, gradient accumulation
+equivalence, the loss really optimising, weight sync to the engine, and the loud warnings."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from honing.rl import Aggregation
+from honing.rollout.engines.base import Prompt, SamplingParams, WeightUpdate
+from honing.rollout.engines.hf import HFEngine
+from honing.store.records import Group, Trajectory
+from honing.trainer import Learner, LearnerConfig, LoraSettings, check_logprob_match
+
+PROMPTS = [[1, 504, 3032, 28], [1, 2016, 314], [1, 77, 88, 99, 100, 4000]]
+
+
+def to_trajectory(
+    prompt: list[int], ids: list[int], logprobs: list[float], versions: list[int], outcome: float
+) -> Trajectory:
+    return Trajectory(
+        task_id="t",
+        domain="math",
+        token_ids=prompt + ids,
+        loss_mask=[0] * len(prompt) + [1] * len(ids),
+        logprobs=[0.0] * len(prompt) + logprobs,
+        versions=[-1] * len(prompt) + versions,
+        prompt_len=len(prompt),
+        components={"outcome": outcome},
+        reward=outcome,
+    )
+
+
+async def sample(
+    engine: HFEngine, temperature: float, n: int = 4, tokens: int = 12
+) -> list[Trajectory]:
+    prompts = [Prompt(token_ids=p) for p in PROMPTS for _ in range(n)]
+    gens = await engine.generate(
+        prompts, SamplingParams(temperature=temperature, max_new_tokens=tokens, seed=3)
+    )
+    return [
+        to_trajectory(p.token_ids or [], g.token_ids, g.logprobs, g.versions, float(i % 2))
+        for i, (p, g) in enumerate(zip(prompts, gens, strict=True))
+    ]
+
+
+def groups_of(trajectories: list[Trajectory], size: int = 4) -> list[Group]:
+    return [
+        Group(f"t{i}", f"g{i}", trajectories[i : i + size])
+        for i in range(0, len(trajectories), size)
+    ]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+async def test_learner_logprobs_match_the_hf_engine(
+    tiny_learner_model: Path, temperature: float
+) -> None:
+    async with HFEngine(tiny_learner_model, dtype="float32", eos_ids=[]) as engine:
+        trajs = await sample(engine, temperature)
+    learner = Learner(
+        tiny_learner_model, LearnerConfig(temperature=temperature, micro_batch_tokens=40)
+    )
+    report = check_logprob_match(learner, trajs)
+    assert report.tokens == sum(t.model_tokens for t in trajs)
+    assert report.max_abs_diff < 1e-4, str(report)
+
+
+def make_trajs(outcomes: list[float]) -> list[Trajectory]:
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for i, r in enumerate(outcomes):
+        n = 5 + 3 * i
+        ids = torch.randint(10, 4000, (n,), generator=gen).tolist()
+        out.append(to_trajectory(PROMPTS[i % 3], ids, [-3.0] * n, [0] * n, r))
+    return out
+
+
+@pytest.mark.parametrize("aggregation", ["token", "sequence", "constant"])
+def test_micro_batched_gradient_equals_one_batch(
+    tiny_learner_model: Path, aggregation: Aggregation
+) -> None:
+    groups = groups_of(make_trajs([1.0, 0.0, 0.0, 1.0, 0.5, 0.0, 1.0, 0.2]))
+    grads = []
+    for budget in (10_000, 16):
+        config = LearnerConfig(micro_batch_tokens=budget, aggregation=aggregation, kl_coef=0.1)
+        learner = Learner(tiny_learner_model, config)
+        _, batch, _ = learner.backward(groups)
+        assert batch is not None
+        assert len(batch.micro_batches) == (1 if budget == 10_000 else 8)
+        grads.append(
+            {n: p.grad.clone() for n, p in learner.model.named_parameters() if p.grad is not None}
+        )
+    one, many = grads
+    assert one.keys() == many.keys() and one
+    for name in one:
+        torch.testing.assert_close(many[name], one[name], atol=1e-6, rtol=1e-4)
+    assert any(float(g.abs().sum()) > 0 for g in one.values())
+
+
+def sequence_logprob(learner: Learner, t: Trajectory) -> float:
+    (lp,) = learner.logprobs([t])
+    return sum(lp)
+
+
+@pytest.mark.parametrize("lora", [None, LoraSettings(r=4, alpha=8)])
+def test_update_raises_the_positive_advantage_sequence(
+    tiny_learner_model: Path, lora: LoraSettings | None
+) -> None:
+    good, bad = make_trajs([1.0, 0.0])
+    config = LearnerConfig(lr=1e-2 if lora else 1e-3, lora=lora)
+    learner = Learner(tiny_learner_model, config)
+    # behaviour logprobs equal to the learner's: on-policy, importance weight 1
+    for t, lp in zip((good, bad), learner.logprobs([good, bad]), strict=True):
+        t.logprobs = lp
+    before = [sequence_logprob(learner, t) for t in (good, bad)]
+    stats = learner.update([Group("t", "g", [good, bad])])
+    after = [sequence_logprob(learner, t) for t in (good, bad)]
+    assert stats.stepped and stats.version == 1 and learner.version == 1
+    assert stats.sequences == 2 and stats.tokens == good.model_tokens + bad.model_tokens
+    assert stats.grad_norm > 0
+    assert stats.is_weight_mean == pytest.approx(1.0, abs=1e-4)
+    assert after[0] > before[0]
+    assert after[1] < before[1]
+
+
+@pytest.mark.parametrize(
+    "lora", [None, LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])]
+)
+async def test_weight_sync_makes_the_engine_equal_the_learner(
+    tiny_learner_model: Path, lora: LoraSettings | None
+) -> None:
+    learner = Learner(tiny_learner_model, LearnerConfig(lr=1e-2, lora=lora))
+    async with HFEngine(tiny_learner_model, dtype="float32", eos_ids=[]) as engine:
+        trajs = await sample(engine, 1.0)
+        for t, lp in zip(trajs, learner.logprobs(trajs), strict=True):
+            t.logprobs = lp
+        stats = learner.update(groups_of(trajs))
+        assert stats.stepped
+        weights = learner.weights()
+        if lora is not None:  # only the adapted modules, under the base names
+            assert weights and all(
+                n.startswith("model.layers.")
+                and n.endswith(("q_proj.weight", "v_proj.weight", "down_proj.weight"))
+                for n in weights
+            )
+        await engine.update_weights(WeightUpdate(version=learner.version, state_dict=weights))
+        assert engine.version == 1
+        greedy = await sample(engine, 0.0, n=1)
+    report = check_logprob_match(learner, greedy)
+    assert report.max_abs_diff < 1e-4, str(report)
+    # the engine's greedy tokens are the learner's argmax at every generated position
+    for t in greedy:
+        ids = torch.tensor([t.token_ids])
+        with torch.no_grad():
+            logits = learner.model(input_ids=ids).logits[0, :-1]
+        start = t.prompt_len
+        assert logits[start - 1 :].argmax(-1).tolist() == t.token_ids[start:]
+    # and they differ from the initial model's: the sync really changed the weights
+    fresh = Learner(tiny_learner_model, LearnerConfig())
+    assert check_logprob_match(fresh, greedy).max_abs_diff > 1e-3
+
+
+def test_all_zero_variance_groups_warn_and_take_no_step(
+    tiny_learner_model: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    learner = Learner(tiny_learner_model, LearnerConfig())
+    groups = groups_of(make_trajs([1.0, 1.0, 0.0, 0.0]), size=2)
+    with caplog.at_level(logging.WARNING):
+        stats = learner.update(groups)
+    assert not stats.stepped and stats.dropped_groups == 2 and learner.version == 0
+    assert "zero variance" in caplog.text
+
+
+def test_dynamic_sampling_drops_and_counts(tiny_learner_model: Path) -> None:
+    learner = Learner(tiny_learner_model, LearnerConfig())
+    groups = groups_of(make_trajs([1.0, 1.0, 0.0, 1.0]), size=2)
+    stats = learner.update(groups)
+    assert (
+        stats.stepped and stats.groups == 2 and stats.dropped_groups == 1 and stats.sequences == 2
+    )
+
+
+def test_zero_gradient_warns_after_several_updates(
+    tiny_learner_model: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    learner = Learner(
+        tiny_learner_model, LearnerConfig(dynamic_sampling=False, zero_grad_warn_after=2)
+    )
+    groups = groups_of(make_trajs([1.0, 1.0]), size=2)
+    with caplog.at_level(logging.WARNING):
+        first = learner.update(groups)
+        assert first.grad_norm == 0.0 and "exactly 0" not in caplog.text
+        learner.update(groups)
+    assert "exactly 0 for 2 updates" in caplog.text
+
+
+@pytest.mark.parametrize("lora", [None, LoraSettings(r=4, alpha=8)])
+def test_kl_to_the_reference_starts_at_zero_then_grows(
+    tiny_learner_model: Path, lora: LoraSettings | None
+) -> None:
+    learner = Learner(tiny_learner_model, LearnerConfig(kl_coef=0.1, lr=1e-2, lora=lora))
+    assert (learner.reference is None) == (lora is not None)  # LoRA: no second copy
+    groups = groups_of(make_trajs([1.0, 0.0]), size=2)
+    first = learner.update(groups)
+    second = learner.update(groups)
+    assert first.kl == pytest.approx(0.0, abs=1e-6)
+    assert second.kl > 1e-6
+
+
+def test_no_reference_model_without_kl(tiny_learner_model: Path) -> None:
+    assert Learner(tiny_learner_model, LearnerConfig()).reference is None
+
+
+def test_bf16_autocast_update_and_schedule(tiny_learner_model: Path) -> None:
+    config = LearnerConfig(
+        dtype="bfloat16", warmup_steps=2, schedule="cosine", schedule_steps=4, lr=1e-3
+    )
+    learner = Learner(tiny_learner_model, config)
+    groups = groups_of(make_trajs([1.0, 0.0]), size=2)
+    lrs = []
+    for _ in range(4):
+        stats = learner.update(groups)
+        assert stats.stepped and torch.isfinite(torch.tensor(stats.loss))
+        lrs.append(stats.lr)
+    # warm-up 1/3, 2/3 of lr, then cosine from the peak: 1, cos(pi/2) -> 0.5
+    assert lrs == pytest.approx([1e-3 / 3, 2e-3 / 3, 1e-3, 0.5e-3])
