@@ -1,7 +1,8 @@
 """The trainer layer: the learner that turns groups of trajectories into weight updates.
 
     config     LearnerConfig, LoraSettings
-    batching   batch_from_groups (-> TrainBatch of MicroBatch), drop_zero_variance, pack
+    batching   batch_from_groups (-> TrainBatch of MicroBatch), micro_batches, drop_zero_variance,
+               pack
     learner    Learner (.update -> LearnerStats, .logprobs, .weights), check_logprob_match
 
 Not covered yet: checkpoints and exact resume, SFT, weight sync to servers, the closed loop.
@@ -12,6 +13,7 @@ from honing.trainer.batching import (
     TrainBatch,
     batch_from_groups,
     drop_zero_variance,
+    micro_batches,
     pack,
 )
 from honing.trainer.config import AdvantageEstimator, LearnerConfig, LoraSettings
@@ -29,5 +31,6 @@ __all__ = [
     "batch_from_groups",
     "check_logprob_match",
     "drop_zero_variance",
+    "micro_batches",
     "pack",
 ]

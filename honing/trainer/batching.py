@@ -2,6 +2,7 @@
 
     drop_zero_variance   dynamic sampling (DAPO): the groups whose rewards differ, and how many not
     batch_from_groups    -> TrainBatch: rewards [N], group ids [N], micro-batches packed by tokens
+    micro_batches        trajectories -> padded micro-batches (no rewards needed: for scoring)
     MicroBatch           one forward pass: ids, attention mask, and next-token targets' tensors
 
 Next-token alignment is done here, once: a micro-batch's `loss_mask`, `behaviour_logprobs` and
@@ -153,21 +154,30 @@ def batch_from_groups(
     groups: Sequence[Group], pad_id: int, *, micro_batch_tokens: int = 4096
 ) -> TrainBatch:
     """The trainable trajectories of `groups` as a `TrainBatch` (see the module docstring)."""
-    if micro_batch_tokens < 1:
-        raise ValueError(f"micro_batch_tokens {micro_batch_tokens}: must be at least 1")
     trajectories: list[Trajectory] = []
     group_ids: list[int] = []
     for g, group in enumerate(groups):
         for t in group.trajectories:
             if trainable(t):
-                _check(t)
                 trajectories.append(t)
                 group_ids.append(g)
     rewards = torch.tensor([outcome_reward(t) for t in trajectories], dtype=torch.float32)
-    packs = pack([len(t.token_ids) for t in trajectories], micro_batch_tokens)
     return TrainBatch(
         rewards=rewards,
         group_ids=torch.tensor(group_ids, dtype=torch.long),
-        micro_batches=[_micro_batch(rows, trajectories, pad_id) for rows in packs],
+        micro_batches=micro_batches(trajectories, pad_id, micro_batch_tokens=micro_batch_tokens),
         trajectories=trajectories,
     )
+
+
+def micro_batches(
+    trajectories: Sequence[Trajectory], pad_id: int, *, micro_batch_tokens: int = 4096
+) -> list[MicroBatch]:
+    """`trajectories` (all of them, rewards not needed) packed into micro-batches; a row's
+    `rows` entry is its index in `trajectories`."""
+    if micro_batch_tokens < 1:
+        raise ValueError(f"micro_batch_tokens {micro_batch_tokens}: must be at least 1")
+    for t in trajectories:
+        _check(t)
+    packs = pack([len(t.token_ids) for t in trajectories], micro_batch_tokens)
+    return [_micro_batch(rows, trajectories, pad_id) for rows in packs]

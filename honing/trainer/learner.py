@@ -56,6 +56,7 @@ from honing.trainer.batching import (
     TrainBatch,
     batch_from_groups,
     drop_zero_variance,
+    micro_batches,
     trainable,
 )
 from honing.trainer.config import AdvantageEstimator, LearnerConfig
@@ -198,6 +199,14 @@ class Learner:
         lr = self.optimizer.param_groups[0]["lr"]
         sums, batch, stale = self.backward(kept)
         tokens = batch.tokens - stale if batch is not None else 0
+        if batch is not None and tokens == 0 and stale:
+            log.warning(
+                "learner: all %d model tokens of this update are more than max_staleness=%s "
+                "versions old: no step taken. Rollouts lag behind the learner; raise "
+                "max_staleness or let the scheduler re-issue stale episodes",
+                stale,
+                cfg.max_staleness,
+            )
         if batch is None or tokens == 0:
             self.optimizer.zero_grad(set_to_none=True)
             return self._stats(sums, batch, groups, dropped, stale, 0.0, lr, start, False)
@@ -248,24 +257,23 @@ class Learner:
         """Teacher-forced logprobs of each trajectory's tokens at the config temperature, aligned
         with token_ids like Trajectory.logprobs (0.0 where loss_mask is 0 and at position 0)."""
         out: list[list[float]] = [[] for _ in trajectories]
-        group = Group(task_id="", group_id="", trajectories=list(trajectories))
-        batch = batch_from_groups(
-            [group], self.pad_id, micro_batch_tokens=self.config.micro_batch_tokens
+        packed = micro_batches(
+            trajectories, self.pad_id, micro_batch_tokens=self.config.micro_batch_tokens
         )
-        index = {id(t): i for i, t in enumerate(trajectories)}
-        for mb in batch.micro_batches:
+        for mb in packed:
             logp = self._token_logprobs(self.model, mb)
             logp = torch.where(mb.loss_mask, logp, 0.0)
             for r, row in enumerate(mb.rows.tolist()):
-                traj = batch.trajectories[row]
-                n = len(traj.token_ids)
-                out[index[id(traj)]] = [0.0, *logp[r, : n - 1].tolist()]
+                n = len(trajectories[row].token_ids)
+                out[row] = [0.0, *logp[r, : n - 1].tolist()]
         return out
 
     @torch.no_grad()
     def weights(self) -> dict[str, Tensor]:
         """Weights for `HFEngine.update_weights`, under the base model's names: every parameter
-        for a full fine-tune; for LoRA only the adapted modules' merged weights W + s·B·A."""
+        for a full fine-tune; for LoRA only the adapted modules' merged weights W + s·B·A (the
+        frozen rest is already in the engine). Full fine-tune tensors are views of the live
+        parameters, not copies: finish the sync before the next `update`."""
         if self.config.lora is None:
             return {n: p.detach() for n, p in self.model.named_parameters()}
         from peft.tuners.lora import LoraLayer

@@ -82,7 +82,14 @@ def make_trajs(outcomes: list[float]) -> list[Trajectory]:
 def test_micro_batched_gradient_equals_one_batch(
     tiny_learner_model: Path, aggregation: Aggregation
 ) -> None:
-    groups = groups_of(make_trajs([1.0, 0.0, 0.0, 1.0, 0.5, 0.0, 1.0, 0.2]))
+    trajs = make_trajs([1.0, 0.0, 0.0, 1.0, 0.5, 0.0, 1.0, 0.2])
+    scorer = Learner(tiny_learner_model, LearnerConfig())
+    for k, (t, lp) in enumerate(zip(trajs, scorer.logprobs(trajs), strict=True)):
+        # near-policy behaviour logprobs: importance weights exp(±0.1), not 1 and not tiny
+        t.logprobs = [
+            x + (0.1 if k % 2 else -0.1) * m for x, m in zip(lp, t.loss_mask, strict=True)
+        ]
+    groups = groups_of(trajs)
     grads = []
     for budget in (10_000, 16):
         config = LearnerConfig(micro_batch_tokens=budget, aggregation=aggregation, kl_coef=0.1)
@@ -95,9 +102,10 @@ def test_micro_batched_gradient_equals_one_batch(
         )
     one, many = grads
     assert one.keys() == many.keys() and one
+    scale = max(float(g.abs().max()) for g in one.values())
+    assert scale > 1e-3  # a real gradient, so the comparison below means something
     for name in one:
-        torch.testing.assert_close(many[name], one[name], atol=1e-6, rtol=1e-4)
-    assert any(float(g.abs().sum()) > 0 for g in one.values())
+        torch.testing.assert_close(many[name], one[name], atol=1e-5 * scale, rtol=1e-4)
 
 
 def sequence_logprob(learner: Learner, t: Trajectory) -> float:
@@ -227,3 +235,31 @@ def test_bf16_autocast_update_and_schedule(tiny_learner_model: Path) -> None:
         lrs.append(stats.lr)
     # warm-up 1/3, 2/3 of lr, then cosine from the peak: 1, cos(pi/2) -> 0.5
     assert lrs == pytest.approx([1e-3 / 3, 2e-3 / 3, 1e-3, 0.5e-3])
+
+
+def test_stale_tokens_are_left_out(
+    tiny_learner_model: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = LearnerConfig(max_staleness=1)
+    learner = Learner(tiny_learner_model, config, version=2)
+    old, fresh = make_trajs([1.0, 0.0])
+    old.versions = [v if v < 0 else 0 for v in old.versions]  # two versions behind
+    fresh.versions = [v if v < 0 else 1 for v in fresh.versions]
+    stats = learner.update([Group("t", "g", [old, fresh])])
+    assert stats.stepped and stats.stale_tokens == old.model_tokens
+    assert stats.tokens == fresh.model_tokens
+    with caplog.at_level(logging.WARNING):
+        # now at version 3: both are 2+ versions behind
+        none_left = learner.update([Group("t", "g", [old, fresh])])
+    assert not none_left.stepped and "max_staleness" in caplog.text
+
+
+def test_logprobs_need_no_reward(tiny_learner_model: Path) -> None:
+    learner = Learner(tiny_learner_model, LearnerConfig())
+    unscored = make_trajs([1.0, 0.0])
+    for t in unscored:
+        t.components = {}
+    short, long = learner.logprobs(unscored)
+    assert len(short) == len(unscored[0].token_ids) and len(long) == len(unscored[1].token_ids)
+    assert all(lp == 0.0 for lp, m in zip(short, unscored[0].loss_mask, strict=True) if not m)
+    assert all(lp < 0.0 for lp, m in zip(long, unscored[1].loss_mask, strict=True) if m)
