@@ -4,6 +4,7 @@
     batching   batch_from_groups (-> TrainBatch of MicroBatch), micro_batches, drop_zero_variance,
                pack
     learner    Learner (.update -> LearnerStats, .logprobs, .weights), check_logprob_match
+    sync       sync_weights (-> SyncReport): learner -> in-process engine, timed and logged
 
 Not covered yet: checkpoints and exact resume, SFT, weight sync to servers, the closed loop.
 """
@@ -18,6 +19,7 @@ from honing.trainer.batching import (
 )
 from honing.trainer.config import AdvantageEstimator, LearnerConfig, LoraSettings
 from honing.trainer.learner import Learner, LearnerStats, MatchReport, check_logprob_match
+from honing.trainer.sync import SyncReport, sync_weights
 
 __all__ = [
     "AdvantageEstimator",
@@ -27,10 +29,12 @@ __all__ = [
     "LoraSettings",
     "MatchReport",
     "MicroBatch",
+    "SyncReport",
     "TrainBatch",
     "batch_from_groups",
     "check_logprob_match",
     "drop_zero_variance",
     "micro_batches",
     "pack",
+    "sync_weights",
 ]

@@ -10,10 +10,16 @@ import pytest
 import torch
 
 from honing.rl import Aggregation
-from honing.rollout.engines.base import Prompt, SamplingParams, WeightUpdate
+from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.hf import HFEngine
 from honing.store.records import Group, Trajectory
-from honing.trainer import Learner, LearnerConfig, LoraSettings, check_logprob_match
+from honing.trainer import (
+    Learner,
+    LearnerConfig,
+    LoraSettings,
+    check_logprob_match,
+    sync_weights,
+)
 
 PROMPTS = [[1, 504, 3032, 28], [1, 2016, 314], [1, 77, 88, 99, 100, 4000]]
 
@@ -154,8 +160,8 @@ async def test_weight_sync_makes_the_engine_equal_the_learner(
                 and n.endswith(("q_proj.weight", "v_proj.weight", "down_proj.weight"))
                 for n in weights
             )
-        await engine.update_weights(WeightUpdate(version=learner.version, state_dict=weights))
-        assert engine.version == 1
+        sync = await sync_weights(learner, engine)
+        assert engine.version == sync.version == 1 and sync.tensors == len(weights)
         greedy = await sample(engine, 0.0, n=1)
     report = check_logprob_match(learner, greedy)
     assert report.max_abs_diff < 1e-4, str(report)
