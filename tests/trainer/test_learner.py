@@ -62,13 +62,11 @@ def groups_of(trajectories: list[Trajectory], size: int = 4) -> list[Group]:
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
 async def test_learner_logprobs_match_the_hf_engine(
-    tiny_learner_model: Path, temperature: float
+    tiny_model_dir: Path, temperature: float
 ) -> None:
-    async with HFEngine(tiny_learner_model, dtype="float32", eos_ids=[]) as engine:
+    async with HFEngine(tiny_model_dir, dtype="float32", eos_ids=[]) as engine:
         trajs = await sample(engine, temperature)
-    learner = Learner(
-        tiny_learner_model, LearnerConfig(temperature=temperature, micro_batch_tokens=40)
-    )
+    learner = Learner(tiny_model_dir, LearnerConfig(temperature=temperature, micro_batch_tokens=40))
     report = check_logprob_match(learner, trajs)
     assert report.tokens == sum(t.model_tokens for t in trajs)
     assert report.max_abs_diff < 1e-4, str(report)
@@ -86,10 +84,10 @@ def make_trajs(outcomes: list[float]) -> list[Trajectory]:
 
 @pytest.mark.parametrize("aggregation", ["token", "sequence", "constant"])
 def test_micro_batched_gradient_equals_one_batch(
-    tiny_learner_model: Path, aggregation: Aggregation
+    tiny_model_dir: Path, aggregation: Aggregation
 ) -> None:
     trajs = make_trajs([1.0, 0.0, 0.0, 1.0, 0.5, 0.0, 1.0, 0.2])
-    scorer = Learner(tiny_learner_model, LearnerConfig())
+    scorer = Learner(tiny_model_dir, LearnerConfig())
     for k, (t, lp) in enumerate(zip(trajs, scorer.logprobs(trajs), strict=True)):
         # near-policy behaviour logprobs: importance weights exp(±0.1), not 1 and not tiny
         t.logprobs = [
@@ -99,7 +97,7 @@ def test_micro_batched_gradient_equals_one_batch(
     grads = []
     for budget in (10_000, 16):
         config = LearnerConfig(micro_batch_tokens=budget, aggregation=aggregation, kl_coef=0.1)
-        learner = Learner(tiny_learner_model, config)
+        learner = Learner(tiny_model_dir, config)
         _, batch, _ = learner.backward(groups)
         assert batch is not None
         assert len(batch.micro_batches) == (1 if budget == 10_000 else 8)
@@ -121,11 +119,11 @@ def sequence_logprob(learner: Learner, t: Trajectory) -> float:
 
 @pytest.mark.parametrize("lora", [None, LoraSettings(r=4, alpha=8)])
 def test_update_raises_the_positive_advantage_sequence(
-    tiny_learner_model: Path, lora: LoraSettings | None
+    tiny_model_dir: Path, lora: LoraSettings | None
 ) -> None:
     good, bad = make_trajs([1.0, 0.0])
     config = LearnerConfig(lr=1e-2 if lora else 1e-3, lora=lora)
-    learner = Learner(tiny_learner_model, config)
+    learner = Learner(tiny_model_dir, config)
     # behaviour logprobs equal to the learner's: on-policy, importance weight 1
     for t, lp in zip((good, bad), learner.logprobs([good, bad]), strict=True):
         t.logprobs = lp
@@ -144,10 +142,10 @@ def test_update_raises_the_positive_advantage_sequence(
     "lora", [None, LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])]
 )
 async def test_weight_sync_makes_the_engine_equal_the_learner(
-    tiny_learner_model: Path, lora: LoraSettings | None
+    tiny_model_dir: Path, lora: LoraSettings | None
 ) -> None:
-    learner = Learner(tiny_learner_model, LearnerConfig(lr=1e-2, lora=lora))
-    async with HFEngine(tiny_learner_model, dtype="float32", eos_ids=[]) as engine:
+    learner = Learner(tiny_model_dir, LearnerConfig(lr=1e-2, lora=lora))
+    async with HFEngine(tiny_model_dir, dtype="float32", eos_ids=[]) as engine:
         trajs = await sample(engine, 1.0)
         for t, lp in zip(trajs, learner.logprobs(trajs), strict=True):
             t.logprobs = lp
@@ -173,14 +171,14 @@ async def test_weight_sync_makes_the_engine_equal_the_learner(
         start = t.prompt_len
         assert logits[start - 1 :].argmax(-1).tolist() == t.token_ids[start:]
     # and they differ from the initial model's: the sync really changed the weights
-    fresh = Learner(tiny_learner_model, LearnerConfig())
+    fresh = Learner(tiny_model_dir, LearnerConfig())
     assert check_logprob_match(fresh, greedy).max_abs_diff > 1e-3
 
 
 def test_all_zero_variance_groups_warn_and_take_no_step(
-    tiny_learner_model: Path, caplog: pytest.LogCaptureFixture
+    tiny_model_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    learner = Learner(tiny_learner_model, LearnerConfig())
+    learner = Learner(tiny_model_dir, LearnerConfig())
     groups = groups_of(make_trajs([1.0, 1.0, 0.0, 0.0]), size=2)
     with caplog.at_level(logging.WARNING):
         stats = learner.update(groups)
@@ -188,8 +186,8 @@ def test_all_zero_variance_groups_warn_and_take_no_step(
     assert "zero variance" in caplog.text
 
 
-def test_dynamic_sampling_drops_and_counts(tiny_learner_model: Path) -> None:
-    learner = Learner(tiny_learner_model, LearnerConfig())
+def test_dynamic_sampling_drops_and_counts(tiny_model_dir: Path) -> None:
+    learner = Learner(tiny_model_dir, LearnerConfig())
     groups = groups_of(make_trajs([1.0, 1.0, 0.0, 1.0]), size=2)
     stats = learner.update(groups)
     assert (
@@ -198,11 +196,9 @@ def test_dynamic_sampling_drops_and_counts(tiny_learner_model: Path) -> None:
 
 
 def test_zero_gradient_warns_after_several_updates(
-    tiny_learner_model: Path, caplog: pytest.LogCaptureFixture
+    tiny_model_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    learner = Learner(
-        tiny_learner_model, LearnerConfig(dynamic_sampling=False, zero_grad_warn_after=2)
-    )
+    learner = Learner(tiny_model_dir, LearnerConfig(dynamic_sampling=False, zero_grad_warn_after=2))
     groups = groups_of(make_trajs([1.0, 1.0]), size=2)
     with caplog.at_level(logging.WARNING):
         first = learner.update(groups)
@@ -213,9 +209,9 @@ def test_zero_gradient_warns_after_several_updates(
 
 @pytest.mark.parametrize("lora", [None, LoraSettings(r=4, alpha=8)])
 def test_kl_to_the_reference_starts_at_zero_then_grows(
-    tiny_learner_model: Path, lora: LoraSettings | None
+    tiny_model_dir: Path, lora: LoraSettings | None
 ) -> None:
-    learner = Learner(tiny_learner_model, LearnerConfig(kl_coef=0.1, lr=1e-2, lora=lora))
+    learner = Learner(tiny_model_dir, LearnerConfig(kl_coef=0.1, lr=1e-2, lora=lora))
     assert (learner.reference is None) == (lora is not None)  # LoRA: no second copy
     groups = groups_of(make_trajs([1.0, 0.0]), size=2)
     first = learner.update(groups)
@@ -224,15 +220,15 @@ def test_kl_to_the_reference_starts_at_zero_then_grows(
     assert second.kl > 1e-6
 
 
-def test_no_reference_model_without_kl(tiny_learner_model: Path) -> None:
-    assert Learner(tiny_learner_model, LearnerConfig()).reference is None
+def test_no_reference_model_without_kl(tiny_model_dir: Path) -> None:
+    assert Learner(tiny_model_dir, LearnerConfig()).reference is None
 
 
-def test_bf16_autocast_update_and_schedule(tiny_learner_model: Path) -> None:
+def test_bf16_autocast_update_and_schedule(tiny_model_dir: Path) -> None:
     config = LearnerConfig(
         dtype="bfloat16", warmup_steps=2, schedule="cosine", schedule_steps=4, lr=1e-3
     )
-    learner = Learner(tiny_learner_model, config)
+    learner = Learner(tiny_model_dir, config)
     groups = groups_of(make_trajs([1.0, 0.0]), size=2)
     lrs = []
     for _ in range(4):
@@ -243,11 +239,9 @@ def test_bf16_autocast_update_and_schedule(tiny_learner_model: Path) -> None:
     assert lrs == pytest.approx([1e-3 / 3, 2e-3 / 3, 1e-3, 0.5e-3])
 
 
-def test_stale_tokens_are_left_out(
-    tiny_learner_model: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_stale_tokens_are_left_out(tiny_model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
     config = LearnerConfig(max_staleness=1)
-    learner = Learner(tiny_learner_model, config, version=2)
+    learner = Learner(tiny_model_dir, config, version=2)
     old, fresh = make_trajs([1.0, 0.0])
     old.versions = [v if v < 0 else 0 for v in old.versions]  # two versions behind
     fresh.versions = [v if v < 0 else 1 for v in fresh.versions]
@@ -260,8 +254,8 @@ def test_stale_tokens_are_left_out(
     assert not none_left.stepped and "max_staleness" in caplog.text
 
 
-def test_logprobs_need_no_reward(tiny_learner_model: Path) -> None:
-    learner = Learner(tiny_learner_model, LearnerConfig())
+def test_logprobs_need_no_reward(tiny_model_dir: Path) -> None:
+    learner = Learner(tiny_model_dir, LearnerConfig())
     unscored = make_trajs([1.0, 0.0])
     for t in unscored:
         t.components = {}
