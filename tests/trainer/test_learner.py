@@ -144,7 +144,8 @@ def test_update_raises_the_positive_advantage_sequence(
 async def test_weight_sync_makes_the_engine_equal_the_learner(
     tiny_model_dir: Path, lora: LoraSettings | None
 ) -> None:
-    learner = Learner(tiny_model_dir, LearnerConfig(lr=1e-2, lora=lora))
+    # A large step, so that the change is far above the engine/learner numerical noise (1e-4).
+    learner = Learner(tiny_model_dir, LearnerConfig(lr=5e-2, lora=lora))
     async with HFEngine(tiny_model_dir, dtype="float32", eos_ids=[]) as engine:
         trajs = await sample(engine, 1.0)
         for t, lp in zip(trajs, learner.logprobs(trajs), strict=True):
@@ -172,6 +173,8 @@ async def test_weight_sync_makes_the_engine_equal_the_learner(
         assert logits[start - 1 :].argmax(-1).tolist() == t.token_ids[start:]
     # and they differ from the initial model's: the sync really changed the weights
     fresh = Learner(tiny_model_dir, LearnerConfig())
+    before = dict(fresh.model.named_parameters())
+    assert any(not torch.equal(w, before[n]) for n, w in weights.items())
     assert check_logprob_match(fresh, greedy).max_abs_diff > 1e-3
 
 
