@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from hf_helpers import hf_greedy, prompts
 
 from honing.errors import EngineError
 from honing.rollout.engines.base import FinishReason, Prompt, SamplingParams, WeightUpdate
@@ -17,29 +18,6 @@ from honing.rollout.engines.hf import HFEngine
 from honing.rollout.models import load_model
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
-
-
-def prompts(tokenizer: Any) -> list[list[int]]:
-    texts = ["What is 17*23?", "Write a haiku about the sea, please.", "hi"]
-    out = []
-    for text in texts:
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        out.append(list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids))
-    return out
-
-
-def hf_greedy(model: Any, ids: list[int], n: int) -> list[int]:
-    with torch.inference_mode():
-        out = model.generate(
-            torch.tensor([ids]),
-            attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
-            max_new_tokens=n,
-            do_sample=False,
-            pad_token_id=model.config.eos_token_id,
-        )
-    return list(out[0, len(ids) :].tolist())
 
 
 def teacher_forced(
