@@ -1,15 +1,18 @@
 """The strict run configuration: pydantic models, unknown keys are errors that name the key.
 
-Covered so far: `SandboxConfig`, the sandbox section. Later layers add their sections and the
-top-level run config beside it. Load YAML through `load_yaml_model` so every error names the file
-and the offending key.
+Covered: `SandboxConfig` (the sandbox section), loading YAML (`load_yaml_model`) with command-line
+overrides in dotted form (`parse_overrides(["learner.lr=1e-5"])`), and validation whose errors name
+the file, the key path and the allowed keys or values. Later layers define their sections beside
+their code (the trainer's run config lives in `honing.trainer`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -73,8 +76,12 @@ class SandboxConfig(StrictModel):
 M = TypeVar("M", bound=BaseModel)
 
 
-def load_yaml_model(path: Path, model: type[M], overrides: dict[str, object] | None = None) -> M:
-    """Load `path` as `model`; errors name the file, the key path and what is allowed."""
+def load_yaml_model(
+    path: Path, model: type[M], overrides: dict[str, object] | Sequence[str] | None = None
+) -> M:
+    """Load `path` as `model`; errors name the file, the key path and what is allowed.
+    `overrides`: `key.sub=value` strings (see `parse_overrides`) or an already nested mapping,
+    merged over the file's values."""
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except OSError as exc:
@@ -83,8 +90,49 @@ def load_yaml_model(path: Path, model: type[M], overrides: dict[str, object] | N
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
-    data.update(overrides or {})
+    if overrides is not None and not isinstance(overrides, dict):
+        overrides = parse_overrides(overrides)
+    merge(data, overrides or {})
     return validate_model(model, data, source=str(path))
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, object]:
+    """`["learner.lr=1e-5", "tasks=[a, b]"]` -> `{"learner": {"lr": 1e-5}, "tasks": ["a", "b"]}`.
+    Values are read as YAML (numbers, booleans, lists, null); anything else stays a string."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(
+                f"override {item!r}: expected key=value, with a dotted key for nested sections "
+                "(e.g. learner.lr=1e-5)"
+            )
+        try:
+            value: object = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, str):  # PyYAML reads 1e-5 as a string (YAML 1.1)
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        node = out
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} was already given a value")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+def merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Merge `overrides` into `base` in place, recursing into mappings present in both."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merge(base[key], value)
+        else:
+            base[key] = value
+    return base
 
 
 def validate_model(model: type[M], data: dict[str, object], source: str = "config") -> M:
@@ -96,8 +144,26 @@ def validate_model(model: type[M], data: dict[str, object], source: str = "confi
         for err in exc.errors():
             key = ".".join(str(p) for p in err["loc"]) or "(top level)"
             if err["type"] == "extra_forbidden":
-                allowed = ", ".join(sorted(model.model_fields))
+                allowed = ", ".join(sorted(_fields_at(model, err["loc"][:-1])))
                 lines.append(f"{source}: unknown key '{key}' (allowed: {allowed})")
             else:
                 lines.append(f"{source}: key '{key}': {err['msg']}")
         raise ConfigError("\n".join(lines)) from exc
+
+
+def _fields_at(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:
+    """The field names of the (nested) model section at `loc`, as far as it can be followed."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if isinstance(current, type) else None
+        if field is None:
+            return []
+        annotation = field.annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        nested = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if not nested:
+            return []
+        current = nested[0]
+    return list(current.model_fields) if isinstance(current, type) else []
