@@ -153,11 +153,11 @@ def validate_model(model: type[M], data: dict[str, object], source: str = "confi
 
 def _fields_at(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:
     """The field names of the (nested) model section at `loc`, as far as it can be followed."""
-    current: Any = model
+    current: type[BaseModel] = model
     for part in loc:
         if isinstance(part, int):
             continue
-        field = current.model_fields.get(part) if isinstance(current, type) else None
+        field = current.model_fields.get(part)
         if field is None:
             return []
         annotation = field.annotation
@@ -166,4 +166,4 @@ def _fields_at(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:
         if not nested:
             return []
         current = nested[0]
-    return list(current.model_fields) if isinstance(current, type) else []
+    return list(current.model_fields)
