@@ -10,7 +10,8 @@
     ├── EngineError                  an inference engine failed (server down, bad reply, timeout)
     ├── WorkerLost                   a remote worker (a Ray actor) died mid-call; retry elsewhere
     ├── DeadlineExceeded             a rollout deadline (setup, step, scoring, episode) passed
-    └── StoreError                   a trajectory store is missing, corrupted, or was asked bad SQL
+    ├── StoreError                   a trajectory store is missing, corrupted, or was asked bad SQL
+    └── CheckpointError              a checkpoint is missing, incomplete, corrupt, or does not fit
 
 `SandboxError`, `EngineError` and `WorkerLost` are *infrastructure* failures: the scheduler may
 retry them, and they are never turned into a reward. A program that fails inside the sandbox is
@@ -73,3 +74,9 @@ class DeadlineExceeded(HoningError):
 class StoreError(HoningError):
     """A trajectory store is missing or corrupted (the message names the file), or a query
     against it failed (the message lists the views and their columns)."""
+
+
+class CheckpointError(HoningError):
+    """A training checkpoint is missing, incomplete or corrupt, or was saved with a learner config
+    that differs from the one loading it; the message names the file or the differing keys and
+    what to do."""
