@@ -15,7 +15,7 @@ The closing summary of a rollout (success, pass@k) is `honing.eval.summary`.
 Not covered yet: re-scoring stored trajectories without regenerating them (a later issue).
 """
 
-from honing.store.files import Manifest, Shard, complete_shards
+from honing.store.files import Manifest, Shard, complete_shards, rewind
 from honing.store.query import (
     Column,
     QueryResult,
@@ -56,5 +56,6 @@ __all__ = [
     "iter_trajectories",
     "query",
     "read_trajectories",
+    "rewind",
     "rich_table",
 ]

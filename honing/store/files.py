@@ -11,6 +11,9 @@ synced, then renamed), so a killed writer leaves complete shards, perhaps a stra
 (readers go by the shards; the next writer rebuilds it). A shard the manifest lists that is gone,
 or one whose footer cannot be read, is an error naming the file.
 
+`rewind(run_dir, rows)` cuts the store back to a shard boundary (a resumed trainer regenerates
+what came after its checkpoint).
+
 Not covered here: the rows themselves (`honing.store.schema`) and writing them
 (`honing.store.writer`).
 """
@@ -175,3 +178,31 @@ def sync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def rewind(run_dir: Path, rows: int) -> int:
+    """Cut the store back to its first `rows` rows by deleting the shards written after them (a
+    resumed run regenerates them); the number of shards deleted. `rows` must fall on a shard
+    boundary (the trainer flushes one shard per step); otherwise `StoreError`. Call it with no
+    writer open."""
+    shards = scan_shards(run_dir)
+    kept, total = 0, 0
+    while kept < len(shards) and total + shards[kept].rows <= rows:
+        total += shards[kept].rows
+        kept += 1
+    if total != rows:
+        raise StoreError(
+            f"{run_dir}: cannot rewind the store to {rows} rows: the shards hold {total} rows up "
+            f"to that point and the next one would pass it (a shard boundary is needed); was this "
+            "store written by a trainer?"
+        )
+    if kept == len(shards):
+        return 0
+    manifest = read_manifest(run_dir)
+    for shard in shards[kept:]:
+        shard.path.unlink()
+    sync_dir(run_dir / SHARDS)
+    created = manifest.created_at if manifest else None
+    payload = manifest_of(shards[:kept], run_dir, created).model_dump_json(indent=2)
+    write_atomically(run_dir / MANIFEST, payload.encode())
+    return len(shards) - kept
