@@ -1,50 +1,261 @@
-"""Weight sync from the learner to an engine in the same process, timed.
+"""Weight sync from the learner to an engine: in process, or to a server through files. Timed.
 
-    sync_weights   learner.weights() -> engine.update_weights(WeightUpdate(version, state_dict))
-    SyncReport     what was sent and how long it took
+    sync_weights(learner, engine)                         in process: a state dict
+    sync_weights(learner, server, staging=Path("/shared/weights"))
+                                                          a server: files + a reload request
+    SyncReport                                            version, mode, path, tensors, bytes, time
 
-In-process only: the hf engine copies the tensors into its own model (for LoRA only the adapted
-modules' merged weights travel; the frozen rest is already there). The policy version sent is the
-learner's, which counts optimiser steps, so it increments on every sync that follows an update.
-Not covered: servers (safetensors files plus a reload request, LoRA adapter hot-load).
+**Modes** (`mode="auto"` picks by what the engine can take):
+
+* `state_dict` — engines that take tensors (`accepts_state_dict`, True unless the engine says
+  otherwise: the hf and scripted engines): `learner.weights()` goes to
+  `engine.update_weights(WeightUpdate(version, state_dict=...))`. For LoRA only the adapted
+  modules' merged weights travel; the frozen rest is already there.
+* `files` — a server (`accepts_state_dict = False`, e.g. `OpenAIEngine`): an HF model directory
+  (safetensors shards, config.json, generation_config.json and the tokenizer's files, from the
+  learner's or else the engine's tokenizer) is written, then `WeightUpdate(version, path=dir)`
+  asks the server to reload it. A LoRA learner writes the *merged* model (W + s·B·A for the
+  adapted modules, the base weights elsewhere), so a server without LoRA support serves it as is.
+* `adapter` — LoRA to a server that hot-loads adapters (`auto` picks it when the engine's
+  `lora_adapters` is set, OpenAIConfig.lora_adapters): the peft adapter directory
+  (adapter_config.json + adapter_model.safetensors, what vLLM's /v1/load_lora_adapter reads), sent
+  with `adapter=True`. Megabytes instead of the whole model.
+
+**Staging.** Files go to `staging/v{version:06d}`, written into a temporary sibling and renamed
+into place, so a server never sees a half-written directory. Weights are written as the learner
+holds them (float32); the server casts on load (vLLM's --dtype). After the server confirmed a
+load, older versions are deleted except the newest `keep - 1` of them (a server may still be
+reading the previous one); versions above the current one (another run's) are left alone. A
+refused reload raises EngineError naming the server's URL (from the engine) and the staged path,
+and the files stay for a retry.
+
+The policy version sent is the learner's, which counts optimiser steps, so it increments on every
+sync that follows an update. One log line per sync: version, mode, MB, seconds (write and load).
+The learner must not step while a sync is in progress (full fine-tune tensors are live views).
+
+Not covered: NCCL/RDMA broadcast to GPU servers (files need a filesystem both sides see), cast to
+bf16 before writing, a sharded (FSDP) learner, unloading old adapters on the server (vLLM evicts
+least-recently-used ones).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import os
+import re
+import shutil
+import tempfile
 import time
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
+from honing.errors import EngineError
 from honing.rollout.engines.base import Engine, WeightUpdate
 from honing.trainer.learner import Learner
 
 log = logging.getLogger(__name__)
 
+SyncMode = Literal["auto", "state_dict", "files", "adapter"]
+_STAGED = re.compile(r"v(\d{6,})")
+
 
 @dataclass(frozen=True, slots=True)
 class SyncReport:
+    """One sync. `bytes`: of the tensors sent (state_dict) or of the files written (files,
+    adapter); `path`: the staged directory (None in process); `write_seconds`: part of `seconds`
+    spent writing files."""
+
     version: int
     tensors: int
     bytes: int
     seconds: float
+    mode: Literal["state_dict", "files", "adapter"] = "state_dict"
+    path: Path | None = None
+    write_seconds: float = 0.0
 
 
-async def sync_weights(learner: Learner, engine: Engine) -> SyncReport:
-    """Send the learner's weights to `engine` as policy version `learner.version`; logged."""
+async def sync_weights(
+    learner: Learner,
+    engine: Engine,
+    *,
+    staging: Path | None = None,
+    mode: SyncMode = "auto",
+    keep: int = 2,
+) -> SyncReport:
+    """Send the learner's weights to `engine` as policy version `learner.version`; logged.
+    `staging`: where files go for a server (a directory the server can read); `keep`: staged
+    versions kept (>= 1). See the module docstring."""
+    if keep < 1:
+        raise ValueError(f"keep={keep}: keep at least the version just loaded (1)")
+    chosen = _choose_mode(learner, engine, mode)
     start = time.perf_counter()
-    weights = learner.weights()
-    await engine.update_weights(WeightUpdate(version=learner.version, state_dict=weights))
-    report = SyncReport(
-        version=learner.version,
-        tensors=len(weights),
-        bytes=sum(t.numel() * t.element_size() for t in weights.values()),
-        seconds=time.perf_counter() - start,
-    )
+    if chosen == "state_dict":
+        weights = learner.weights()
+        await engine.update_weights(WeightUpdate(version=learner.version, state_dict=weights))
+        report = SyncReport(
+            version=learner.version,
+            tensors=len(weights),
+            bytes=sum(t.numel() * t.element_size() for t in weights.values()),
+            seconds=time.perf_counter() - start,
+        )
+    else:
+        report = await _sync_files(learner, engine, chosen, staging, keep, start)
     log.info(
-        "weight sync v%d: %d tensors, %.1f MB in %.3f s",
+        "weight sync v%d (%s): %d tensors, %.1f MB in %.3f s%s",
         report.version,
+        report.mode,
         report.tensors,
         report.bytes / 1e6,
         report.seconds,
+        f" (write {report.write_seconds:.3f} s) -> {report.path}" if report.path else "",
     )
     return report
+
+
+def _choose_mode(
+    learner: Learner, engine: Engine, mode: SyncMode
+) -> Literal["state_dict", "files", "adapter"]:
+    lora = learner.config.lora is not None
+    if mode == "auto":
+        if getattr(engine, "accepts_state_dict", True):
+            return "state_dict"
+        return "adapter" if lora and getattr(engine, "lora_adapters", False) else "files"
+    if mode == "adapter" and not lora:
+        raise ValueError(
+            "mode='adapter' needs a LoRA learner (learner.config.lora); a full fine-tune syncs "
+            "with mode='files'"
+        )
+    return mode
+
+
+async def _sync_files(
+    learner: Learner,
+    engine: Engine,
+    mode: Literal["files", "adapter"],
+    staging: Path | None,
+    keep: int,
+    start: float,
+) -> SyncReport:
+    if staging is None:
+        raise ValueError(
+            f"engine {engine.name!r} loads weights from files: pass staging=<a directory the "
+            "server can read> (a shared filesystem when the server runs on another machine)"
+        )
+    staging = Path(staging).resolve()
+    staging.mkdir(parents=True, exist_ok=True)
+    version = learner.version
+    target = staging / f"v{version:06d}"
+    tokenizer = learner.tokenizer if learner.tokenizer is not None else engine.tokenizer
+    if mode == "files" and tokenizer is None:
+        log.warning(
+            "weight sync v%d: no tokenizer on the learner or the engine, so %s gets none; the "
+            "server must bring its own (vLLM --tokenizer)",
+            version,
+            target,
+        )
+    # the write is seconds of CPU and disk for a real model: off the event loop, so rollouts
+    # on this loop keep going
+    tensors = await asyncio.to_thread(_stage, learner, target, mode, tokenizer)
+    written = time.perf_counter()
+    update = WeightUpdate(version=version, path=str(target), adapter=mode == "adapter")
+    try:
+        await engine.update_weights(update)
+    except EngineError as exc:
+        raise EngineError(
+            f"weight sync v{version}: the server did not load {target}: {exc}. The staged "
+            "files stay there: fix the server and sync again (or point it at them by hand)"
+        ) from exc
+    _prune(staging, version, keep)
+    return SyncReport(
+        version=version,
+        tensors=tensors,
+        bytes=sum(f.stat().st_size for f in target.iterdir() if f.is_file()),
+        seconds=time.perf_counter() - start,
+        mode=mode,
+        path=target,
+        write_seconds=written - start,
+    )
+
+
+def _stage(learner: Learner, target: Path, mode: str, tokenizer: Any) -> int:
+    """Write the weights into `target` atomically (a temporary sibling, then a rename); returns
+    the number of tensors written."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        if mode == "adapter":
+            learner.model.save_pretrained(tmp)  # the peft model: its adapter only
+        else:
+            model, state = _full_state(learner)
+            model.save_pretrained(tmp, state_dict=state)
+            _serve_with_cache(tmp / "config.json")
+            if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
+                tokenizer.save_pretrained(tmp)
+        tensors = _count_tensors(tmp)
+        if not tensors:
+            raise RuntimeError(f"weight sync: no safetensors files were written to {tmp}")
+        _publish(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tensors
+
+
+def _full_state(learner: Learner) -> tuple[Any, dict[str, Any] | None]:
+    """The transformers model to save and the state dict to save for it under the base names:
+    None (its own) for a full fine-tune; for LoRA the base weights with the adapted modules
+    merged."""
+    if learner.config.lora is None:
+        return learner.model, None
+    base = learner.model.get_base_model()
+    state = {
+        name.replace(".base_layer.", "."): tensor
+        for name, tensor in base.state_dict().items()
+        if ".lora_" not in name
+    }
+    state.update(learner.weights())
+    return base, state
+
+
+def _serve_with_cache(config_json: Path) -> None:
+    """The learner turns the KV cache off for training; the saved model is for generation."""
+    config = json.loads(config_json.read_text())
+    if config.get("use_cache") is False:
+        config["use_cache"] = True
+        config_json.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def _count_tensors(directory: Path) -> int:
+    from safetensors import safe_open
+
+    count = 0
+    for file in directory.glob("*.safetensors"):
+        with safe_open(str(file), framework="pt") as f:
+            count += len(list(f.keys()))
+    return count
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    """Rename `tmp` to `target`; an existing `target` (the same version synced again) is
+    replaced, moved aside first so the name never points at a partial directory."""
+    if not target.exists():
+        os.rename(tmp, target)
+        return
+    aside = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+    os.rename(target, aside)
+    os.rename(tmp, target)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _prune(staging: Path, version: int, keep: int) -> None:
+    """Delete staged versions below `version` except the newest `keep - 1` of them."""
+    older = sorted(
+        (int(m.group(1)), entry)
+        for entry in staging.iterdir()
+        if (m := _STAGED.fullmatch(entry.name)) and entry.is_dir() and int(m.group(1)) < version
+    )
+    for _, entry in older[: max(0, len(older) - (keep - 1))]:
+        shutil.rmtree(entry, ignore_errors=True)

@@ -43,7 +43,9 @@ tagged with the version current when its request was sent. `update_weights(updat
 * otherwise → `POST {root}{reload_path}` (default `/reload_weights`), body
   `{"path": path, "version": version}`, answered 2xx once the new weights serve.
 
-`{root}` is `base_url` without a trailing `/v1`. A refusal raises EngineError with the server's
+`{root}` is `base_url` without a trailing `/v1`. The engine says `accepts_state_dict = False`,
+and `lora_adapters` (from the config) when the server hot-loads adapters: honing.trainer.sync
+reads both to choose what to write. A refusal raises EngineError with the server's
 answer; the version changes only after a 2xx.
 
 Not covered: streaming, n > 1 per request, prompt logprobs, SGLang's native `/generate` API.
@@ -101,12 +103,18 @@ class OpenAIConfig(StrictModel):
     )
     reload_path: str = Field("/reload_weights", description="Full-weight reload endpoint.")
     lora_load_path: str = Field("/v1/load_lora_adapter", description="LoRA hot-load endpoint.")
+    lora_adapters: bool = Field(
+        False,
+        description="The server hot-loads LoRA adapters (vLLM --enable-lora): a LoRA learner's "
+        "weight sync then sends the adapter directory, not the merged model.",
+    )
 
 
 class OpenAIEngine:
     """Generation on a remote OpenAI-compatible server; see the module docstring."""
 
     name = "openai"
+    accepts_state_dict = False  # weights travel as files: WeightUpdate(path=...)
 
     def __init__(
         self, config: OpenAIConfig, *, tokenizer: Any | None = None, version: int = 0
@@ -133,6 +141,11 @@ class OpenAIEngine:
     @property
     def tokenizer(self) -> Any | None:
         return self._tokenizer
+
+    @property
+    def lora_adapters(self) -> bool:
+        """Whether the server hot-loads LoRA adapters (`OpenAIConfig.lora_adapters`)."""
+        return self.config.lora_adapters
 
     @property
     def model(self) -> str:
