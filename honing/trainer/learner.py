@@ -5,6 +5,8 @@
                           gradient accumulation, clipping, one step; version += 1
       .logprobs(trajs)    teacher-forced token logprobs at the config temperature
       .weights()          name -> tensor for `HFEngine.update_weights` (merged LoRA for LoRA)
+      .save(dir) .load(dir)   trained weights (or the LoRA adapter), optimiser, LR schedule and
+                          counters, for an exact resume (honing.trainer.checkpoint makes it atomic)
     check_logprob_match   engine's behaviour logprobs vs the learner's on the same tokens
 
 The loss is decoupled PPO (honing.rl.decoupled_policy_loss) with one optimiser step per batch:
@@ -20,24 +22,26 @@ on the gradient, not on the loss: with the ratio at 1 a GRPO loss is -mean(A), w
 construction (advantages are centred per group), so an exactly zero loss alone is not a symptom.
 
 Not covered: several PPO epochs over one batch, a value head (GAE), turn-level rewards, the
-engine-side sync to servers (files + reload), checkpoints (save/load), FSDP.
+engine-side sync to servers (files + reload), FSDP.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
+from honing.errors import CheckpointError
 from honing.rl import (
     aggregate,
     decoupled_policy_loss,
@@ -287,6 +291,98 @@ class Learner:
                 merged[_base_name(name) + ".weight"] = weight + delta.to(weight.dtype)
         return merged
 
+    # ---- checkpoints: save / load ----------------------------------------------------------
+
+    def save(self, directory: Path) -> None:
+        """Write what an exact resume needs into `directory` (created if missing): the trained
+        weights (every parameter as `model.safetensors`; for LoRA only the adapter, in peft's
+        layout: `adapter_model.safetensors` + `adapter_config.json`), the optimiser and LR
+        schedule states (`optimizer.pt`, `scheduler.pt`), and `learner.json` (config, steps,
+        version, the zero-gradient streak, tensor shapes). The frozen base model and the KL
+        reference are not saved: a resume rebuilds them from the same model. Neither atomic nor
+        fsynced: `honing.trainer.checkpoint.save_checkpoint` adds both."""
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {n: t.detach().cpu().contiguous() for n, t in self._checkpoint_tensors().items()}
+        save_file(tensors, str(directory / self._weights_file()))
+        if self.config.lora is not None:
+            self.model.peft_config["default"].save_pretrained(str(directory))
+        torch.save(self.optimizer.state_dict(), directory / "optimizer.pt")
+        torch.save(self.scheduler.state_dict(), directory / "scheduler.pt")
+        manifest = {
+            "format": _LEARNER_FORMAT,
+            "kind": "full" if self.config.lora is None else "lora",
+            "config": self.config.model_dump(mode="json"),
+            "steps": self.steps,
+            "version": self.version,
+            "zero_grad_updates": self._zero_grad_updates,
+            "tensors": {n: list(t.shape) for n, t in tensors.items()},
+        }
+        (directory / "learner.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+    def load(self, directory: Path) -> None:
+        """Restore what `save` wrote into this learner, which must have been built from the same
+        model with the same LearnerConfig: the next `update` then computes bit for bit what the
+        saved learner's next update would have. Raises CheckpointError (naming the directory and
+        what differs or which file is broken) before changing anything."""
+        from safetensors.torch import load_file
+
+        manifest = _read_json(directory / "learner.json")
+        if manifest.get("format") != _LEARNER_FORMAT:
+            raise CheckpointError(
+                f"{directory / 'learner.json'}: learner checkpoint format "
+                f"{manifest.get('format')!r}, this honing reads format {_LEARNER_FORMAT}"
+            )
+        differences = _config_differences(manifest.get("config"), self.config)
+        if differences:
+            raise CheckpointError(
+                f"learner checkpoint {directory} was saved with another learner config: "
+                + "; ".join(differences)
+                + ". Resume with the config the run was started with (an exact resume needs the "
+                "same config), or start a new run from the weights"
+            )
+        weights = directory / self._weights_file()
+        saved = _load_or_raise(weights, lambda: load_file(str(weights)))
+        ours = self._checkpoint_tensors()
+        _check_tensors(weights, saved, ours)
+        optimizer_state = _load_or_raise(
+            directory / "optimizer.pt",
+            lambda: torch.load(directory / "optimizer.pt", weights_only=True),
+        )
+        scheduler_state = _load_or_raise(
+            directory / "scheduler.pt",
+            lambda: torch.load(directory / "scheduler.pt", weights_only=True),
+        )
+        with torch.no_grad():
+            for name, tensor in ours.items():
+                # state-dict tensors are detached views of the parameters: this writes in place,
+                # so the optimiser keeps pointing at the live parameters
+                tensor.copy_(saved[name])
+        _load_or_raise(
+            directory / "optimizer.pt", lambda: self.optimizer.load_state_dict(optimizer_state)
+        )
+        _load_or_raise(
+            directory / "scheduler.pt", lambda: self.scheduler.load_state_dict(scheduler_state)
+        )
+        self.steps = int(manifest["steps"])
+        self.version = int(manifest["version"])
+        self._zero_grad_updates = int(manifest["zero_grad_updates"])
+
+    def _weights_file(self) -> str:
+        return "model.safetensors" if self.config.lora is None else "adapter_model.safetensors"
+
+    def _checkpoint_tensors(self) -> dict[str, Tensor]:
+        """The trained tensors under their saved names, as views of the live parameters."""
+        if self.config.lora is None:
+            return {n: p.detach() for n, p in self.model.named_parameters()}
+        from peft import get_peft_model_state_dict
+
+        state: dict[str, Tensor] = get_peft_model_state_dict(
+            self.model, save_embedding_layers=False
+        )
+        return state
+
     # ---- internals -------------------------------------------------------------------------
 
     def _lr_factor(self, step: int) -> float:
@@ -456,6 +552,93 @@ def check_logprob_match(learner: Learner, trajectories: Sequence[Trajectory]) ->
     if not diffs:
         return MatchReport(0, 0.0, 0.0)
     return MatchReport(len(diffs), max(diffs), sum(diffs) / len(diffs))
+
+
+# ---- checkpoint helpers (Learner.save / Learner.load) ----------------------------------------
+
+_LEARNER_FORMAT = 1
+_T = TypeVar("_T")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise CheckpointError(
+            f"{path} is missing: {path.parent} is not a complete learner checkpoint (Learner.save "
+            "writes this file). Point at another checkpoint, or delete this one"
+        )
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(
+            f"{path} is unreadable or corrupt ({e}): delete {path.parent} and resume from the "
+            "previous checkpoint"
+        ) from e
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path} is corrupt: expected a JSON object, found {value!r:.80}")
+    return value
+
+
+def _load_or_raise(path: Path, read: Callable[[], _T]) -> _T:
+    try:
+        return read()
+    except CheckpointError:
+        raise
+    except Exception as e:  # torch, safetensors and pickle each raise their own types
+        if not path.is_file():
+            raise CheckpointError(
+                f"{path} is missing: {path.parent} is not a complete learner checkpoint"
+            ) from e
+        raise CheckpointError(
+            f"{path} is corrupt or does not fit this learner ({type(e).__name__}: {e}). Delete "
+            f"{path.parent} and resume from the previous checkpoint"
+        ) from e
+
+
+def _config_differences(saved: Any, config: LearnerConfig) -> list[str]:
+    """'key: checkpoint X, this learner Y' for each differing (dotted) key."""
+    if not isinstance(saved, dict):
+        return [f"config: checkpoint {saved!r}, this learner {config.model_dump(mode='json')}"]
+    ours = config.model_dump(mode="json")
+    if (saved.get("lora") is None) != (ours.get("lora") is None):
+        what = {True: "a full fine-tune", False: "a LoRA adapter"}
+        return [
+            f"lora: the checkpoint holds {what[saved.get('lora') is None]}, this learner is "
+            f"{what[ours.get('lora') is None]}"
+        ]
+    return _differences(saved, ours, "")
+
+
+def _differences(saved: dict[str, Any], ours: dict[str, Any], prefix: str) -> list[str]:
+    out: list[str] = []
+    for key in sorted(saved.keys() | ours.keys()):
+        a, b = saved.get(key, "<absent>"), ours.get(key, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: checkpoint {a!r}, this learner {b!r}")
+    return out
+
+
+def _check_tensors(path: Path, saved: dict[str, Tensor], ours: dict[str, Tensor]) -> None:
+    missing = sorted(ours.keys() - saved.keys())
+    extra = sorted(saved.keys() - ours.keys())
+    shapes = [
+        f"{n}: checkpoint {tuple(saved[n].shape)} {saved[n].dtype}, "
+        f"this learner {tuple(t.shape)} {t.dtype}"
+        for n, t in ours.items()
+        if n in saved and (saved[n].shape != t.shape or saved[n].dtype != t.dtype)
+    ]
+    if missing or extra or shapes:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} tensors (first: {missing[0]})")
+        if extra:
+            parts.append(f"{len(extra)} unknown tensors (first: {extra[0]})")
+        parts += shapes[:3]
+        raise CheckpointError(
+            f"{path} does not fit this learner's model: " + "; ".join(parts) + ". Was the run "
+            "started from another model? Resume with the run's own model and config"
+        )
 
 
 def _pad_id(tokenizer: Any) -> int:
