@@ -128,7 +128,7 @@ class RngState:
 
     @classmethod
     def load(cls, path: Path) -> RngState:
-        payload = _read(path, lambda: torch.load(path, weights_only=True))
+        payload = _read(path, lambda: torch.load(path, map_location="cpu", weights_only=True))
         try:
             numpy = payload["numpy"]
             if numpy is not None:

@@ -348,11 +348,11 @@ class Learner:
         _check_tensors(weights, saved, ours)
         optimizer_state = _load_or_raise(
             directory / "optimizer.pt",
-            lambda: torch.load(directory / "optimizer.pt", weights_only=True),
+            lambda: torch.load(directory / "optimizer.pt", map_location="cpu", weights_only=True),
         )
         scheduler_state = _load_or_raise(
             directory / "scheduler.pt",
-            lambda: torch.load(directory / "scheduler.pt", weights_only=True),
+            lambda: torch.load(directory / "scheduler.pt", map_location="cpu", weights_only=True),
         )
         with torch.no_grad():
             for name, tensor in ours.items():
