@@ -53,6 +53,7 @@ short; the learner's save/load apply to it), evaluation during SFT, multi-GPU.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import math
@@ -462,6 +463,34 @@ def _autocast(learner: Learner) -> contextlib.AbstractContextManager[Any]:
     return contextlib.nullcontext()
 
 
+def _assistant_logits(learner: Learner, mb: _Micro) -> tuple[Tensor, Tensor]:
+    """Logits [N, V] (float32) at the positions that predict an assistant token, and those
+    tokens [N]. The LM head runs only at positions some row needs (`logits_to_keep`, where the
+    model takes it): with a vocabulary of 50k and more, projecting every context token is most
+    of the cost of a small model's step."""
+    device = next(learner.model.parameters()).device
+    targets = mb.targets.to(device)
+    keep = targets.any(0).nonzero().squeeze(-1)  # positions t whose target t + 1 is trained
+    kwargs: dict[str, Any] = {}
+    if _takes_logits_to_keep(learner.model):
+        kwargs["logits_to_keep"] = keep
+    with _autocast(learner):
+        out = learner.model(
+            input_ids=mb.input_ids.to(device),
+            attention_mask=mb.attention_mask.to(device),
+            use_cache=False,
+            **kwargs,
+        )
+    logits: Tensor = out.logits if kwargs else out.logits[:, keep]
+    ids = mb.input_ids.to(device)
+    return logits[targets[:, keep]].float(), ids[:, keep + 1][targets[:, keep]]
+
+
+def _takes_logits_to_keep(model: Any) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
 def sft_update(learner: Learner, batch: Sequence[SftSequence]) -> SftStats:
     """One optimiser step of masked mean cross-entropy over `batch`'s assistant tokens (see the
     module docstring)."""
@@ -472,20 +501,11 @@ def sft_update(learner: Learner, batch: Sequence[SftSequence]) -> SftStats:
     if count == 0:
         raise ValueError("sft_update: the batch has no assistant tokens to train on")
     lr = float(learner.optimizer.param_groups[0]["lr"])
-    device = next(learner.model.parameters()).device
     total = 0.0
     learner.model.train()
     try:
         for mb in micro:
-            with _autocast(learner):
-                out = learner.model(
-                    input_ids=mb.input_ids.to(device),
-                    attention_mask=mb.attention_mask.to(device),
-                    use_cache=False,
-                )
-            targets = mb.targets.to(device)
-            logits = out.logits[:, :-1][targets].float()  # only the assistant positions
-            labels = mb.input_ids[:, 1:].to(device)[targets]
+            logits, labels = _assistant_logits(learner, mb)
             loss = torch.nn.functional.cross_entropy(logits, labels, reduction="sum") / count
             loss.backward()  # type: ignore[no-untyped-call]
             total += float(loss.detach())
@@ -520,20 +540,11 @@ def sft_update(learner: Learner, batch: Sequence[SftSequence]) -> SftStats:
 def sft_loss(learner: Learner, sequences: Sequence[SftSequence]) -> float:
     """Mean cross-entropy over the assistant tokens of `sequences` (no gradient, no step)."""
     micro = _micro_batches(sequences, learner.pad_id, learner.config.micro_batch_tokens)
-    device = next(learner.model.parameters()).device
     total, count = 0.0, 0
     for mb in micro:
-        with _autocast(learner):
-            out = learner.model(
-                input_ids=mb.input_ids.to(device),
-                attention_mask=mb.attention_mask.to(device),
-                use_cache=False,
-            )
-        targets = mb.targets.to(device)
-        logits = out.logits[:, :-1][targets].float()
-        labels = mb.input_ids[:, 1:].to(device)[targets]
+        logits, labels = _assistant_logits(learner, mb)
         total += float(torch.nn.functional.cross_entropy(logits, labels, reduction="sum"))
-        count += int(targets.sum())
+        count += len(labels)
     return total / max(count, 1)
 
 
