@@ -186,7 +186,7 @@ def test_micro_batched_update_equals_one_batch(tiny_model_dir: Path, fmt: ChatFo
     many = learner_for(tiny_model_dir, micro_batch_tokens=1)  # a row per forward pass
     before = [p.detach().clone() for p in one.parameters]
     for learner in (one, many):  # plain SGD at lr 1: the weight change is the (clipped) gradient
-        learner.optimizer = torch.optim.SGD(learner.parameters, lr=1.0)
+        learner.optimizer = torch.optim.SGD(learner.parameters, lr=1.0)  # type: ignore[assignment]
         learner.scheduler = torch.optim.lr_scheduler.LambdaLR(learner.optimizer, lambda _: 1.0)
     a, b = sft_update(one, seqs), sft_update(many, seqs)
     assert (a.micro_batches, b.micro_batches) == (1, len(seqs))
