@@ -1,0 +1,148 @@
+"""Reference traces: the expression behind synthetic math answers, traces played in the real
+sandboxed environments, and the key faithfulness check — the agent loop, made to write a trace's
+actions, reaches outcome 1 with exactly the token ids and loss mask SFT gives the trace."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from honing.envs.base import Action, ToolCall
+from honing.envs.registry import make_env
+from honing.rollout.agent import AgentConfig, run_episode
+from honing.rollout.chat import ChatFormat
+from honing.rollout.engines.base import SamplingParams
+from honing.rollout.engines.scripted import ScriptedEngine
+from honing.rollout.models import load_tokenizer
+from honing.sandbox import SandboxConfig, SandboxPool
+from honing.tasks.load import AnyTask
+from honing.tasks.schema import MathTask
+from honing.tasks.synthetic import generate_code_tasks, generate_math_tasks, generate_tools_tasks
+from honing.trainer.sft import ChatExample, load_chat_data, tokenize_example
+from honing.trainer.traces import (
+    Trace,
+    TraceError,
+    _evaluate,
+    arithmetic_expression,
+    reference_plan,
+    reference_traces,
+    write_traces,
+)
+
+MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
+# ChatML that knows the tool role (SmolLM2's own template does not: results become user messages)
+TOOL_ROLE_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'tool' %}"
+    "{{ '<|im_start|>tool\n' + m['content'] + '<|im_end|>\n' }}"
+    "{% else %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pool() -> AsyncIterator[SandboxPool]:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    async with SandboxPool(SandboxConfig(pool_size=2, timeout_s=10.0)) as p:
+        yield p
+
+
+def test_every_synthetic_math_task_gets_the_expression_of_its_answer() -> None:
+    tasks = generate_math_tasks(70, 0) + generate_math_tasks(70, 1)
+    forms = {"remainder": "%", "quotient": "/", "product": "*", "sum": "+"}
+    for task in tasks:
+        expression = arithmetic_expression(task)
+        assert expression is not None, task.prompt
+        assert _evaluate(expression) == int(task.answer), (task.prompt, expression)
+        family = str(task.metadata["family"])
+        assert forms.get(family, "") in expression, (family, expression)
+
+
+def test_the_calculator_is_used_only_where_the_expression_is_known() -> None:
+    answer_only = [Action(tool_calls=[ToolCall(id="a", name="answer", arguments={"value": "24"})])]
+    riddle = MathTask(id="m", prompt="How many legs do three spiders have?", answer="24")
+    assert arithmetic_expression(riddle) is None
+    assert reference_plan(riddle, answer_only, calculator_first=True) == (answer_only, False)
+    direct = MathTask(id="d", prompt="Compute 12 × 34.", answer="408")
+    plan, calculator = reference_plan(direct, answer_only, calculator_first=True)
+    assert calculator and [a.tool_calls[0].arguments for a in plan] == [
+        {"expression": "12 * 34"},
+        {"value": "408"},
+    ]
+    assert reference_plan(direct, answer_only, calculator_first=False) == (answer_only, False)
+    wrong = MathTask(id="w", prompt="What is 12 * 34?", answer="407")  # never a false expression
+    assert arithmetic_expression(wrong) is None
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def played(pool: SandboxPool, tmp_path_factory: pytest.TempPathFactory) -> Played:
+    tasks: list[AnyTask] = [
+        *generate_math_tasks(7, 0),  # one of each family
+        *generate_tools_tasks(3, 0),
+        *generate_code_tasks(1, 0),
+    ]
+    path = tmp_path_factory.mktemp("traces") / "traces.jsonl"
+    traces = await write_traces(tasks, path, pool)
+    return Played(tasks, traces, load_chat_data(str(path)))  # the file is valid SFT data
+
+
+@dataclass
+class Played:
+    tasks: list[AnyTask]
+    traces: list[Trace]
+    examples: list[ChatExample]
+
+
+@MODULE_LOOP
+async def test_traces_are_played_in_task_order_and_math_uses_the_calculator(
+    played: Played,
+) -> None:
+    assert [t.task_id for t in played.traces] == [t.id for t in played.tasks]
+    assert all(t.outcome == 1.0 for t in played.traces)
+    calculator = [t.calculator for t in played.traces]
+    assert calculator == [True] * 7 + [False] * 4
+    assert played.traces[0].actions[0].startswith('<tool_call>{"name": "calculator"')
+
+
+@MODULE_LOOP
+@pytest.mark.parametrize("template", [None, TOOL_ROLE_TEMPLATE], ids=["smollm2", "tool-role"])
+async def test_traces_replay_to_outcome_1_and_tokenise_exactly_like_the_agent_loop(
+    played: Played, pool: SandboxPool, tiny_model_dir: Path, template: str | None
+) -> None:
+    tok = load_tokenizer(tiny_model_dir)
+    if template is not None:
+        tok.chat_template = template
+    fmt = ChatFormat.of(tok)
+    assert fmt.traits.tool_role == (template is not None)
+    config = AgentConfig(sampling=SamplingParams(max_new_tokens=2048), max_total_tokens=8192)
+    for task, trace, example in zip(played.tasks, played.traces, played.examples, strict=True):
+        # The agent loop, with a model that writes the trace's actions, in a fresh environment
+        engine = ScriptedEngine(trace.actions, tokenizer=tok)
+        traj = await run_episode(task, make_env(task.domain, pool), engine, config)
+        assert traj.success and traj.components["outcome"] == 1.0, (task.id, traj.detail)
+        seq = tokenize_example(example, fmt)
+        n = len(seq.token_ids)
+        assert traj.token_ids[:n] == seq.token_ids, task.id
+        assert traj.loss_mask[:n] == seq.loss_mask, task.id
+        assert not any(traj.loss_mask[n:])  # only the final observation follows
+        assert seq.tokens == sum(traj.loss_mask) > 0
+
+
+@MODULE_LOOP
+async def test_a_reference_that_does_not_solve_its_task_is_an_error_naming_it(
+    pool: SandboxPool, tmp_path: Path
+) -> None:
+    good: Any = generate_math_tasks(1, 0)[0]
+    bad = MathTask(id="bad-ref", prompt="What is 2 + 2?", answer="4", reference="5")
+    with pytest.raises(TraceError, match=r"1 of 2 .*\n  bad-ref: outcome 0"):
+        await write_traces([good, bad], tmp_path / "t.jsonl", pool, calculator_first=False)
+    assert not (tmp_path / "t.jsonl").exists()  # nothing written when one fails
+    [trace] = await reference_traces([bad], pool, calculator_first=True)  # via the calculator
+    assert trace.outcome == 1.0 and trace.calculator
