@@ -10,6 +10,8 @@
     honing store query RUN "SQL"             query a run's trajectories with DuckDB
     honing store describe RUN                the views and columns a query can use
     honing check-template MODEL              is the model's chat template safe for multi-turn RL?
+    honing train CONFIG.yaml [key=value ...]  the closed loop: rollouts, updates, held-out evals
+    honing train --resume RUN_DIR            continue a run from its latest checkpoint
 
 Machine-readable output goes to stdout; human-readable progress and errors go to stderr (rich).
 """
@@ -695,6 +697,73 @@ def check_template_command(
     typer.echo(report.text())
     if not report.ok:
         raise typer.Exit(1)
+
+
+@app.command("train")
+def train_command(
+    config: Annotated[
+        str | None, typer.Argument(help="The run's YAML config (omit with --resume).")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="key=value settings over the config, dotted for sections: "
+            "learner.lr=1e-5 steps=20 out=runs/x."
+        ),
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option(help="Continue this run directory from its latest checkpoint.")
+    ] = None,
+) -> None:
+    """Post-train a model with RL: rollouts in the environments, rewards, updates, weight sync,
+    held-out evaluation and checkpoints (see examples/quickstart.yaml). The last line compares
+    held-out success before and after."""
+    from honing.config import load_yaml_model
+    from honing.trainer.loop import CONFIG_FILE, train
+    from honing.trainer.run_config import TrainConfig
+
+    _log_to_stderr()
+    items = list(overrides or [])
+    try:
+        if resume is not None:
+            if config is not None:  # `honing train --resume RUN k=v`: the first item is an override
+                items.insert(0, config)
+            path = resume / CONFIG_FILE
+            if not path.is_file():
+                raise ConfigError(f"{resume}: not a run directory (no {CONFIG_FILE}) to resume")
+            if items:
+                err.print(f"resume: applying {items} over {path}", highlight=False)
+            cfg = load_yaml_model(path, TrainConfig, items)
+            if cfg.out != resume:
+                cfg = cfg.model_copy(update={"out": resume})
+        else:
+            if config is None:
+                raise ConfigError("give a config file (honing train CONFIG.yaml), or --resume RUN")
+            cfg = load_yaml_model(Path(config), TrainConfig, items)
+        result = asyncio.run(train(cfg, resume=resume is not None))
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    except KeyboardInterrupt:
+        err.print(f"interrupted: continue with honing train --resume {cfg.out}", highlight=False)
+        raise typer.Exit(130) from None
+    for event in result.forgetting:
+        fell = f"{100 * event.best:.0f}% to {100 * event.now:.0f}%"
+        err.print(f"[yellow]forgetting[/]: {event.set} fell from {fell} after phase "
+                  f"{event.phase!r}", highlight=False)  # fmt: skip
+    err.print(f"run: {result.run_dir} (metrics.jsonl, evals.jsonl, trajectories/, "
+              "checkpoints/)", highlight=False)  # fmt: skip
+    typer.echo(result.line(cfg.name))
+
+
+def _log_to_stderr() -> None:
+    """Progress lines of long commands (train, sft) on stderr, with the time."""
+    import logging
+
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=err, show_path=False, markup=False, log_time_format="%H:%M:%S")
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], format="%(message)s")
+    logging.getLogger("honing").setLevel(logging.INFO)
 
 
 def main() -> None:

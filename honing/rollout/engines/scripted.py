@@ -6,9 +6,12 @@
     engine.stats.busy_fraction
 
 **Responses.** `respond(prompt, call_index) -> text` (or a sequence of texts, cycled); `call_index`
-counts prompts across all calls, in submission order. With a tokenizer the engine is a token
-engine (`accepts_tokens` True): the completion is `encode(text, add_special_tokens=False) + [eos]`,
-cut at the first token whose decoded prefix contains a stop string (kept, finish STOP) or at
+counts prompts across all calls, in submission order. With `by_seed=True` the second argument
+is the request's `SamplingParams.seed` (0 when unset) instead: the same request gets the same
+text in any order and across processes (deterministic training runs). With a tokenizer the
+engine is a token engine (`accepts_tokens` True): the completion is
+`encode(text, add_special_tokens=False) + [eos]`, cut at the first token whose decoded prefix
+contains a stop string (kept, finish STOP) or at
 `max_new_tokens` (finish LENGTH); `text` is the decode of the kept ids. Logprobs are a fixed
 function of (token id, position). Without a tokenizer it is a chat engine (`accepts_tokens`
 False): text only, `token_ids` and `logprobs` empty, stop strings cut the text, and a *simulated
@@ -149,6 +152,7 @@ class ScriptedEngine:
         version: int = 0,
         fail_on: Callable[[Prompt, int], bool] | None = None,
         hang_on: Callable[[Prompt, int], bool] | None = None,
+        by_seed: bool = False,
     ) -> None:
         if isinstance(respond, str):
             raise TypeError("respond must be a callable or a sequence of texts, not one string")
@@ -169,6 +173,7 @@ class ScriptedEngine:
         self._hang_on = hang_on
         self._version = version
         self._calls = 0
+        self._by_seed = by_seed
         self._completions: dict[tuple[Any, ...], _Completion] = {}
         self._closed = False
         self._hanging: set[asyncio.Future[None]] = set()
@@ -210,7 +215,8 @@ class ScriptedEngine:
                 raise EngineError(f"scripted failure injected on call {index} (fail_on)")
             if self._hang_on is not None and self._hang_on(prompt, index):
                 hang = True
-            plans.append(self._plan(prompt, self._respond(prompt, index), sampling))
+            key = (sampling.seed or 0) if self._by_seed else index
+            plans.append(self._plan(prompt, self._respond(prompt, key), sampling))
         self._c.requests += len(plans)
         if hang:
             await self._hang()

@@ -1,0 +1,692 @@
+"""The closed loop of `honing train`: rollouts -> rewards -> store -> update -> weight sync, with
+held-out evaluation, phases, forgetting checks and exact resume (seed §6.2, §6.3).
+
+    result = asyncio.run(train(config))                   # a fresh run into config.out
+    result = asyncio.run(train(config, resume=True))      # continue from its latest checkpoint
+
+One update ("step"): the mixer draws `groups_per_step` tasks from the current phase's sources
+(weighted, each source walked in a seeded per-epoch permutation); the scheduler plays `n`
+episodes of each through the token-faithful agent loop (retries, deadlines, priority slots); the
+groups go to the trajectory store (one shard per step) and to `Learner.update`; the new weights
+go to the engine (`sync_weights`). Generation and training alternate (on-policy: one engine and
+one learner share the machine's cores, so overlapping them buys nothing on a CPU).
+
+Held-out sets are evaluated before training, every `eval.every` steps, at each phase's end and at
+the end. After each phase, a held-out set whose success fell more than `forgetting_threshold`
+below its best so far is reported as forgetting.
+
+Run directory:
+    config.yaml          the resolved config          metrics.jsonl   one line per update
+    trajectories/        the store (Parquet)          evals.jsonl     one line per held-out eval
+    checkpoints/         learner + loop state         result.json     the final summary
+    warm_start/          the SFT warm-start model, when configured
+
+Exact resume: a checkpoint holds the learner (weights or adapter, optimiser, schedule), the RNG
+states and the loop state (step, the mixer's cursors, the store's row count, the evaluation
+history). Resuming rewinds the store and the logs to the checkpoint, so the steps after it are
+regenerated: never lost, never doubled. No episode is in flight at a checkpoint (they are taken
+between steps). With `deterministic: true` a resumed run ends with the same weights, bit for bit,
+as an uninterrupted one.
+
+Not covered: asynchronous (off-policy) overlap of generation and training, remote engines for
+rollouts (the loop drives an in-process engine), multi-process learners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from honing.config import StrictModel
+from honing.envs import registry
+from honing.errors import ConfigError
+from honing.eval.model import evaluate_engine
+from honing.rollout.agent import AgentConfig, Gate, run_episode
+from honing.rollout.engines.base import Engine, SamplingParams
+from honing.rollout.scheduler import Scheduler, SchedulerConfig
+from honing.sandbox import SandboxPool
+from honing.store import TrajectoryWriter, rewind
+from honing.store.records import Trajectory
+from honing.tasks.load import AnyTask, TaskSet, load_tasks
+from honing.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from honing.trainer.learner import Learner, LearnerStats, check_logprob_match
+from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource, TrainConfig
+from honing.trainer.sync import sync_weights
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+EVALS_FILE = "evals.jsonl"
+RESULT_FILE = "result.json"
+
+
+# -- records -----------------------------------------------------------------------------------
+
+
+class EvalPoint(StrictModel):
+    """One held-out set evaluated at one point of the run."""
+
+    step: int  # updates done when it was measured
+    phase: str
+    set: str
+    success: float | None  # None when no episode could be judged
+    passed: int
+    total: int
+    infra_failed: int
+    seconds: float
+
+
+class Forgetting(StrictModel):
+    """A held-out set that fell below its best after a phase."""
+
+    set: str
+    phase: str  # the phase after which it was measured
+    best: float
+    best_step: int
+    now: float
+    step: int
+
+
+class LoopState(BaseModel):
+    """What a checkpoint needs beyond the learner to continue exactly (mutable: the loop's own)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = 0  # updates done
+    cursors: dict[str, tuple[int, int]] = Field(default_factory=dict)  # source -> (epoch, pos)
+    store_rows: int = 0
+    evals: list[EvalPoint] = Field(default_factory=list)
+    forgetting: list[Forgetting] = Field(default_factory=list)
+    elapsed_s: float = 0.0  # wall time of the run before this process
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What one update did, for progress and metrics."""
+
+    step: int
+    phase: str
+    sources: dict[str, int]  # groups per source
+    episodes: int
+    success_rate: float
+    reward_mean: float
+    infra_errors: int
+    rollout_s: float
+    update_s: float
+    sync_s: float
+    stats: LearnerStats
+
+
+@dataclass
+class TrainResult:
+    """The run's outcome: held-out success before and after, per set and pooled."""
+
+    run_dir: Path
+    steps: int
+    before: dict[str, EvalPoint]
+    after: dict[str, EvalPoint]
+    forgetting: list[Forgetting]
+    elapsed_s: float
+    evals: list[EvalPoint] = field(default_factory=list)
+
+    @staticmethod
+    def pooled(points: dict[str, EvalPoint]) -> float | None:
+        total = sum(p.total for p in points.values())
+        return sum(p.passed for p in points.values()) / total if total else None
+
+    def line(self, name: str) -> str:
+        """`NAME: held-out success before X% after Y% (+Z pts) in M min`."""
+        before, after = self.pooled(self.before), self.pooled(self.after)
+        minutes = self.elapsed_s / 60
+        if before is None or after is None:
+            return (
+                f"{name}: no held-out success measured ({self.steps} updates) in {minutes:.1f} min"
+            )
+        delta = 100 * (after - before)
+        return (
+            f"{name}: held-out success before {100 * before:.0f}% after {100 * after:.0f}% "
+            f"({delta:+.0f} pts) in {minutes:.1f} min"
+        )
+
+
+# -- tasks -------------------------------------------------------------------------------------
+
+
+def load_source(name: str, source: TaskSource) -> TaskSet:
+    """The tasks of one configured source, filtered by tags and limit; never empty."""
+    if source.tasks.startswith(SYNTHETIC_PREFIX) and (source.count or source.seed is not None):
+        from honing.tasks import synthetic, synthetic_sql
+        from honing.tasks.builtin import SYNTHETIC_SEED, SYNTHETIC_SIZE
+
+        generators: dict[str, Callable[[int, int], Sequence[AnyTask]]] = {
+            "code": synthetic.generate_code_tasks,
+            "math": synthetic.generate_math_tasks,
+            "tools": synthetic.generate_tools_tasks,
+            "sql": synthetic_sql.generate_sql_tasks,
+        }
+        domain = source.tasks.removeprefix(SYNTHETIC_PREFIX)
+        if domain not in generators:
+            raise ConfigError(
+                f"{name}: unknown synthetic task set {source.tasks!r} (allowed: "
+                f"{', '.join(SYNTHETIC_PREFIX + d for d in generators)})"
+            )
+        count = source.count or SYNTHETIC_SIZE
+        seed = SYNTHETIC_SEED if source.seed is None else source.seed
+        taskset = synthetic.as_taskset(f"{source.tasks}/{seed}", generators[domain](count, seed))
+    else:
+        taskset = load_tasks(source.tasks)
+    tasks = taskset.tasks
+    if source.tags:
+        tasks = [t for t in tasks if set(t.tags) & set(source.tags)]
+    if source.limit is not None:
+        tasks = tasks[: source.limit]
+    if not tasks:
+        raise ConfigError(
+            f"task source {name!r} ({source.tasks}) has no tasks"
+            + (f" with tags {source.tags}" if source.tags else "")
+        )
+    return TaskSet(taskset.name, tasks, taskset.quarantined, taskset.total, taskset.origins)
+
+
+def without_overlap(heldout: TaskSet, train: Sequence[TaskSet]) -> TaskSet:
+    """The held-out tasks whose prompt appears in no training set (a held-out set must be
+    unseen); the number dropped is logged."""
+    seen = {t.prompt for ts in train for t in ts.tasks}
+    kept = [t for t in heldout.tasks if t.prompt not in seen]
+    if len(kept) < len(heldout.tasks):
+        log.info(
+            "held-out %s: %d task(s) also in the training sources, left out",
+            heldout.name,
+            len(heldout.tasks) - len(kept),
+        )
+    if not kept:
+        raise ConfigError(f"held-out set {heldout.name!r}: every task is also a training task")
+    return TaskSet(heldout.name, kept, heldout.quarantined, heldout.total, heldout.origins)
+
+
+class TaskMixer:
+    """Draws the tasks of each update: a source per slot by weight, then that source's next task
+    in a seeded permutation (a new one each epoch). A pure function of (seed, step, cursors)."""
+
+    def __init__(self, sources: dict[str, TaskSet], weights: dict[str, float], seed: int) -> None:
+        self.sources = sources
+        self.weights = weights
+        self.seed = seed
+
+    def _order(self, name: str, epoch: int) -> list[int]:
+        order = list(range(len(self.sources[name].tasks)))
+        random.Random(f"{self.seed}:{name}:{epoch}").shuffle(order)
+        return order
+
+    def draw(
+        self, step: int, names: Sequence[str], count: int, cursors: dict[str, tuple[int, int]]
+    ) -> list[tuple[str, AnyTask]]:
+        """`count` (source, task) pairs for update `step`; advances `cursors` in place."""
+        rng = random.Random(f"{self.seed}:step:{step}")
+        chosen = rng.choices(list(names), weights=[self.weights[n] for n in names], k=count)
+        out = []
+        for name in chosen:
+            epoch, pos = cursors.get(name, (0, 0))
+            order = self._order(name, epoch)
+            out.append((name, self.sources[name].tasks[order[pos]]))
+            pos += 1
+            if pos == len(order):
+                epoch, pos = epoch + 1, 0
+            cursors[name] = (epoch, pos)
+        return out
+
+
+# -- the run directory -------------------------------------------------------------------------
+
+
+def prepare_run_dir(config: TrainConfig, resume: bool) -> Path:
+    run_dir = config.out
+    saved = run_dir / CONFIG_FILE
+    if resume:
+        if not saved.is_file():
+            raise ConfigError(
+                f"{run_dir}: nothing to resume (no {CONFIG_FILE}); start a run with "
+                f"`honing train CONFIG out={run_dir}`"
+            )
+        return run_dir
+    if saved.exists():
+        raise ConfigError(
+            f"{run_dir} already holds a run: continue it with `honing train --resume {run_dir}`, "
+            "or choose another out=DIR"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    tmp = saved.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(saved)
+    return run_dir
+
+
+def load_run_config(run_dir: Path) -> TrainConfig:
+    """The config a run was started with (`RUN/config.yaml`)."""
+    from honing.config import load_yaml_model
+
+    return load_yaml_model(run_dir / CONFIG_FILE, TrainConfig)
+
+
+def _append_json(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    """Keep the lines of a JSONL log whose `step` is at most `step` (a resume regenerates the
+    rest); a torn last line from a killed process is dropped too."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("step", 0) <= step:
+            kept.append(line)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(f"{line}\n" for line in kept))
+    tmp.replace(path)
+
+
+# -- the loop ----------------------------------------------------------------------------------
+
+
+class Trainer:
+    """One run of the closed loop; `train()` is the entry point."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        engine: Engine,
+        learner: Learner,
+        pool: SandboxPool,
+        state: LoopState,
+        *,
+        on_step: Callable[[StepReport], None] | None = None,
+        on_eval: Callable[[EvalPoint], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.learner = learner
+        self.pool = pool
+        self.state = state
+        self.run_dir = config.out
+        self.on_step = on_step
+        self.on_eval = on_eval
+        self.env_config = config.env.model_copy(update={"max_steps": config.agent.max_turns})
+        self.train_sets = {n: load_source(n, s) for n, s in config.train.items()}
+        self.heldout = {
+            n: without_overlap(load_source(n, s), list(self.train_sets.values()))
+            for n, s in config.heldout.items()
+        }
+        self.mixer = TaskMixer(
+            self.train_sets, {n: s.weight for n, s in config.train.items()}, config.seed
+        )
+        self.started = time.monotonic()
+        self.first_step = state.step
+        self.checked_match = False
+
+    # -- agent settings --
+
+    def agent_config(self, temperature: float, seed: int | None) -> AgentConfig:
+        a = self.config.agent
+        sampling = SamplingParams(
+            temperature=temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=seed
+        )
+        return AgentConfig(
+            sampling=sampling,
+            max_turns=a.max_turns,
+            max_total_tokens=a.max_total_tokens,
+            system_prompt=a.system_prompt,
+        )
+
+    # -- evaluation --
+
+    async def evaluate(self, phase: str) -> list[EvalPoint]:
+        """Every held-out set, now; recorded in the state and `evals.jsonl`."""
+        points = []
+        agent = self.agent_config(self.config.eval.temperature, self.config.seed)
+        for name, taskset in self.heldout.items():
+            log.info("eval %s: %d tasks x %d", name, len(taskset.tasks), self.config.eval.k)
+            report = await evaluate_engine(
+                taskset,
+                self.engine,
+                self.pool,
+                name=f"step {self.state.step}",
+                k=self.config.eval.k,
+                config=self.env_config,
+                agent=agent,
+            )
+            e2e = report.end_to_end
+            point = EvalPoint(
+                step=self.state.step,
+                phase=phase,
+                set=name,
+                success=e2e.success_rate,
+                passed=e2e.passed,
+                total=e2e.total,
+                infra_failed=e2e.infra_failed,
+                seconds=report.elapsed_s,
+            )
+            points.append(point)
+            self.state.evals.append(point)
+            _append_json(self.run_dir / EVALS_FILE, point.model_dump(mode="json"))
+            if self.on_eval is not None:
+                self.on_eval(point)
+        return points
+
+    def check_forgetting(self, phase: str, points: Sequence[EvalPoint]) -> list[Forgetting]:
+        """Sets now more than the threshold below their best earlier measurement."""
+        found = []
+        for point in points:
+            earlier = [
+                p
+                for p in self.state.evals
+                if p.set == point.set and p.step < point.step and p.success is not None
+            ]
+            if not earlier or point.success is None:
+                continue
+            best = max(earlier, key=lambda p: (p.success or 0.0, -p.step))
+            assert best.success is not None
+            if best.success - point.success > self.config.eval.forgetting_threshold:
+                event = Forgetting(
+                    set=point.set,
+                    phase=phase,
+                    best=best.success,
+                    best_step=best.step,
+                    now=point.success,
+                    step=point.step,
+                )
+                found.append(event)
+                log.warning(
+                    "forgetting: held-out %s fell from %.0f%% (step %d) to %.0f%% after phase %r",
+                    point.set,
+                    100 * best.success,
+                    best.step,
+                    100 * point.success,
+                    phase,
+                )
+        self.state.forgetting.extend(found)
+        return found
+
+    # -- one update --
+
+    async def step(self, sched: Scheduler, writer: TrajectoryWriter) -> StepReport:
+        cfg = self.config
+        step = self.state.step
+        _, phase = cfg.phase_at(step)
+        drawn = self.mixer.draw(step, phase.train, cfg.groups_per_step, self.state.cursors)
+        started = time.perf_counter()
+        groups = await sched.run_all([task for _, task in drawn])
+        rollout_s = time.perf_counter() - started
+        for group, (source, _) in zip(groups, drawn, strict=True):
+            group.trajectories.sort(key=lambda t: t.sample)
+            for trajectory in group.trajectories:
+                trajectory.dataset = self.train_sets[source].name
+        for group in groups:
+            await writer.add_group(group)
+        await writer.flush()
+        self.state.store_rows = writer.offset
+        trajectories = [t for g in groups for t in g.trajectories]
+        if not self.checked_match:
+            self.checked_match = True
+            self._check_match(trajectories)
+        stats = self.learner.update(groups)
+        sync = await sync_weights(self.learner, self.engine)
+        self.state.step += 1
+        sources: dict[str, int] = {}
+        for name, _ in drawn:
+            sources[name] = sources.get(name, 0) + 1
+        report = StepReport(
+            step=self.state.step,
+            phase=phase.name,
+            sources=sources,
+            episodes=len(trajectories),
+            success_rate=sum(t.success for t in trajectories) / max(1, len(trajectories)),
+            reward_mean=sum(t.reward for t in trajectories) / max(1, len(trajectories)),
+            infra_errors=sum(t.ending.value == "infra_error" for t in trajectories),
+            rollout_s=rollout_s,
+            update_s=stats.seconds,
+            sync_s=sync.seconds,
+            stats=stats,
+        )
+        record = {
+            "step": report.step,
+            "phase": report.phase,
+            "sources": report.sources,
+            "episodes": report.episodes,
+            "success_rate": report.success_rate,
+            "reward_mean": report.reward_mean,
+            "infra_errors": report.infra_errors,
+            "rollout_s": report.rollout_s,
+            "update_s": report.update_s,
+            "sync_s": report.sync_s,
+            "learner": {k: getattr(stats, k) for k in stats.__dataclass_fields__},
+            "time": time.time(),
+        }
+        _append_json(self.run_dir / METRICS_FILE, record)
+        return report
+
+    def _check_match(self, trajectories: Sequence[Trajectory]) -> None:
+        scored = [
+            t for t in trajectories if any(t.loss_mask) and len(t.logprobs) == len(t.token_ids)
+        ]
+        if not scored:
+            return
+        report = check_logprob_match(self.learner, scored[:8])
+        log.info("start-up check: engine vs learner %s", report)
+        if report.max_abs_diff > 1e-2:
+            log.warning(
+                "engine and learner disagree on logprobs (max |diff| %.2e): the importance "
+                "weights will correct it, but check the engine's dtype and temperature",
+                report.max_abs_diff,
+            )
+
+    # -- the run --
+
+    async def run(self) -> TrainResult:
+        cfg = self.config
+        before: dict[str, EvalPoint] = {}
+        measured = any(p.step == 0 for p in self.state.evals)
+        if self.state.step == 0 and cfg.eval.before and self.heldout and not measured:
+            await self.evaluate("before")
+        before = {p.set: p for p in self.state.evals if p.step == 0}
+        episode_seed = cfg.seed
+
+        async def run_one(task: AnyTask, sample: int, gate: Gate) -> Trajectory:
+            environment = registry.make_env(task.domain, self.pool, self.env_config)
+            agent = self.agent_config(cfg.agent.temperature, episode_seed + self.state.step)
+            return await run_episode(
+                task, environment, self.engine, agent, gate=gate, sample=sample
+            )
+
+        sched_config = SchedulerConfig(
+            n=cfg.n,
+            engine_slots=cfg.engine.slots,
+            max_in_flight=max(cfg.n * cfg.groups_per_step, 1),
+        )
+        total = cfg.total_steps
+        async with (
+            TrajectoryWriter(self.run_dir, flush_s=None) as writer,
+            Scheduler(run_one, sched_config, version=lambda: self.engine.version) as sched,
+        ):
+            while self.state.step < total:
+                index, phase = cfg.phase_at(self.state.step)
+                report = await self.step(sched, writer)
+                self._progress(report, total)
+                if self.on_step is not None:
+                    self.on_step(report)
+                done = self.state.step
+                phase_end = done == sum(p.steps for p in cfg.schedule[: index + 1])
+                if self.heldout and (done % cfg.eval.every == 0 or phase_end or done == total):
+                    points = await self.evaluate(phase.name)
+                    if phase_end:
+                        self.check_forgetting(phase.name, points)
+                if done % cfg.checkpoint.every == 0 or done == total:
+                    self.checkpoint()
+        last = max((p.step for p in self.state.evals), default=0)
+        after = {p.set: p for p in self.state.evals if p.step == last}
+        result = TrainResult(
+            run_dir=self.run_dir,
+            steps=self.state.step,
+            before=before,
+            after=after,
+            forgetting=list(self.state.forgetting),
+            elapsed_s=self.elapsed(),
+            evals=list(self.state.evals),
+        )
+        (self.run_dir / RESULT_FILE).write_text(json.dumps(result_json(result), indent=2))
+        return result
+
+    def elapsed(self) -> float:
+        return self.state.elapsed_s + time.monotonic() - self.started
+
+    def checkpoint(self) -> None:
+        state = self.state.model_copy(update={"elapsed_s": self.elapsed()})
+        path = save_checkpoint(
+            self.run_dir,
+            self.state.step,
+            self.learner,
+            state.model_dump(mode="json"),
+            keep=self.config.checkpoint.keep,
+        )
+        log.info("checkpoint %s", path)
+
+    def _progress(self, r: StepReport, total: int) -> None:
+        per_step = (time.monotonic() - self.started) / max(1, r.step - self.first_step)
+        eta = per_step * (total - r.step)
+        s = r.stats
+        log.info(
+            "step %d/%d [%s] success %.0f%% reward %.3f | loss %.4f entropy %.3f grad %.3f "
+            "groups kept %d/%d | rollout %.0fs update %.0fs sync %.2fs | ETA %.1f min",
+            r.step,
+            total,
+            r.phase,
+            100 * r.success_rate,
+            r.reward_mean,
+            s.loss,
+            s.entropy,
+            s.grad_norm,
+            s.groups - s.dropped_groups,
+            s.groups,
+            r.rollout_s,
+            r.update_s,
+            r.sync_s,
+            eta / 60,
+        )
+
+
+def result_json(result: TrainResult) -> dict[str, Any]:
+    return {
+        "steps": result.steps,
+        "elapsed_s": result.elapsed_s,
+        "heldout_before": TrainResult.pooled(result.before),
+        "heldout_after": TrainResult.pooled(result.after),
+        "before": {k: v.model_dump(mode="json") for k, v in result.before.items()},
+        "after": {k: v.model_dump(mode="json") for k, v in result.after.items()},
+        "forgetting": [f.model_dump(mode="json") for f in result.forgetting],
+    }
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+
+async def train(
+    config: TrainConfig,
+    *,
+    resume: bool = False,
+    engine: Engine | None = None,
+    on_step: Callable[[StepReport], None] | None = None,
+    on_eval: Callable[[EvalPoint], None] | None = None,
+) -> TrainResult:
+    """Run (or, with `resume`, continue) the closed loop described by `config`. `engine`: an
+    engine built by the caller (tests: a scripted engine); default: an hf engine on the policy."""
+    started = time.monotonic()
+    run_dir = prepare_run_dir(config, resume)
+    if config.deterministic:
+        torch.use_deterministic_algorithms(True)
+    torch.manual_seed(config.seed)
+    random.seed(config.seed)
+    model_path = await _starting_model(config, run_dir)
+    learner = Learner(model_path, config.learner)
+    state = LoopState()
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:
+        loaded = load_checkpoint(checkpoint, learner)
+        state = LoopState.model_validate(loaded.loop_state)
+        log.info("resuming %s at step %d (%s)", run_dir, state.step, checkpoint.name)
+    elif resume:
+        log.info("resuming %s: no checkpoint yet, starting from step 0", run_dir)
+    _rewind(run_dir, state)
+    own_engine = engine is None
+    if engine is None:
+        from honing.rollout.engines.hf import HFEngine
+
+        engine = HFEngine(
+            model_path,
+            dtype=config.engine.dtype,
+            max_batch=1 if config.deterministic else config.engine.slots,
+            prefix_cache=config.engine.prefix_cache and not config.deterministic,
+            seed=config.seed,
+        )
+    try:
+        if state.step > 0:  # the engine starts from the base weights: bring it to the learner's
+            await sync_weights(learner, engine)
+        async with SandboxPool(config.sandbox) as pool:
+            trainer = Trainer(
+                config, engine, learner, pool, state, on_step=on_step, on_eval=on_eval
+            )
+            trainer.started = started
+            return await trainer.run()
+    finally:
+        if own_engine:
+            with contextlib.suppress(Exception):
+                await engine.close()
+
+
+def _rewind(run_dir: Path, state: LoopState) -> None:
+    """Cut the store and the logs back to the checkpoint (or to nothing)."""
+    if (run_dir / "trajectories").is_dir():
+        dropped = rewind(run_dir, state.store_rows)
+        if dropped:
+            log.info("store: %d shard(s) written after the checkpoint removed", dropped)
+    _truncate_log(run_dir / METRICS_FILE, state.step)
+    kept_evals = {(p.step, p.set) for p in state.evals}
+    path = run_dir / EVALS_FILE
+    if path.exists():
+        lines = [line for line in path.read_text().splitlines() if _eval_key(line) in kept_evals]
+        path.write_text("".join(f"{line}\n" for line in lines))
+
+
+def _eval_key(line: str) -> tuple[int, str] | None:
+    try:
+        record = json.loads(line)
+        return int(record["step"]), str(record["set"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
+async def _starting_model(config: TrainConfig, run_dir: Path) -> str:
+    """The model the learner and engine start from: the configured one, or the warm-start
+    model (trained once, reused on resume)."""
+    if config.warm_start is None:
+        return config.model
+    from honing.trainer.warm import warm_start
+
+    return str(await warm_start(config, run_dir))

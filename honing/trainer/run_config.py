@@ -1,0 +1,211 @@
+"""The configuration of `honing train`: one YAML file, overridable by `key.sub=value` arguments.
+
+    model: default                     # the policy to train (a directory or a built-in name)
+    out: runs/quickstart               # the run directory (store, checkpoints, metrics, evals)
+    train:                             # named training task sources, mixed by weight
+      math: {tasks: synthetic-math, count: 256, seed: 1, weight: 1.0}
+    heldout:                           # named held-out sets, evaluated periodically
+      math: {tasks: synthetic-math, count: 32, seed: 2}
+    phases:                            # optional: curriculum in the same run (seed §6.3)
+      - {name: math, steps: 10, train: [math]}
+      - {name: math+code, steps: 10, train: [math, code]}
+    learner: {...}                     # honing.trainer.config.LearnerConfig
+    agent / engine / eval / checkpoint / warm_start / sandbox / env
+
+Covered: the sections, their defaults and validation (errors name the key and what is allowed),
+and the cross-checks between them (a phase naming an unknown source, deterministic mode). Not
+covered: running it (`honing.trainer.loop`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from honing.config import SandboxConfig, StrictModel
+from honing.envs.base import EnvConfig
+from honing.rollout.engines import Dtype
+from honing.trainer.config import LearnerConfig
+
+SYNTHETIC_PREFIX = "synthetic-"
+
+
+class TaskSource(StrictModel):
+    """Where tasks come from: a built-in name, a file or a URL; synthetic sets take a size and a
+    seed, so a held-out set is the same generator with another seed."""
+
+    tasks: str = Field(description="Built-in name (synthetic-math, humaneval…), path or URL.")
+    count: int | None = Field(
+        None, ge=1, description="synthetic-* only: how many tasks to generate (default 64)."
+    )
+    seed: int | None = Field(None, description="synthetic-* only: the generator's seed.")
+    tags: list[str] = Field(
+        default_factory=list, description="Keep only the tasks with at least one of these tags."
+    )
+    limit: int | None = Field(None, ge=1, description="Keep the first `limit` tasks.")
+    weight: float = Field(1.0, gt=0, description="Share of the training mix (train sources).")
+
+    @model_validator(mode="after")
+    def _check(self) -> TaskSource:
+        synthetic = self.tasks.startswith(SYNTHETIC_PREFIX)
+        if not synthetic and (self.count is not None or self.seed is not None):
+            raise ValueError(
+                f"count and seed apply to synthetic-* task sets only, not {self.tasks!r}; use "
+                "limit to shorten a task set"
+            )
+        return self
+
+
+class Phase(StrictModel):
+    """A stretch of the run that trains on some sources (later phases usually add domains)."""
+
+    name: str = Field(min_length=1)
+    steps: int = Field(ge=1, description="Updates in this phase.")
+    train: list[str] = Field(min_length=1, description="Names of the train sources it mixes.")
+
+
+class AgentSettings(StrictModel):
+    """How episodes are played during training (the evaluation has its own temperature)."""
+
+    max_turns: int = Field(4, ge=1, description="Model turns per episode at most.")
+    max_new_tokens: int = Field(96, ge=1, description="Tokens per model turn at most.")
+    max_total_tokens: int = Field(2048, ge=16, description="Prompt plus all turns at most.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature for training.")
+    top_p: float = Field(1.0, gt=0, le=1)
+    system_prompt: str | None = Field(
+        None, description="None: honing's default tool-use system prompt."
+    )
+
+
+class EngineSettings(StrictModel):
+    """The in-process inference engine that generates the rollouts (hf)."""
+
+    slots: int = Field(32, ge=1, description="Sequences decoded together.")
+    dtype: Dtype = Field("auto", description="auto picks bf16 only where the CPU/GPU has it.")
+    prefix_cache: bool = Field(True, description="Reuse the KV of earlier turns of an episode.")
+
+
+class EvalSettings(StrictModel):
+    """Periodic held-out evaluation (the three tiers of `honing eval`)."""
+
+    every: int = Field(10, ge=1, description="Evaluate every this many updates (and at the end).")
+    k: int = Field(1, ge=1, description="Episodes per held-out task.")
+    temperature: float = Field(0.0, ge=0, description="0 is greedy: a stable measure.")
+    before: bool = Field(True, description="Evaluate the starting policy before training.")
+    forgetting_threshold: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="After each phase, a held-out set whose success fell more than this (as a "
+        "fraction, 0.05 = 5 points) below its best so far is reported as forgetting.",
+    )
+
+
+class CheckpointSettings(StrictModel):
+    every: int = Field(5, ge=1, description="Checkpoint every this many updates (and at the end).")
+    keep: int = Field(2, ge=1, description="Checkpoints kept; older ones are deleted.")
+
+
+class WarmStart(StrictModel):
+    """Supervised fine-tuning before RL: on a chat JSONL file, or on tool-use traces made by
+    playing tasks' reference actions through the real environments (`honing.trainer.traces`)."""
+
+    data: Path | None = Field(None, description="JSONL of {messages, tools} chat examples.")
+    traces: TaskSource | None = Field(
+        None, description="Tasks whose reference solutions become the SFT examples."
+    )
+    calculator_first: bool = Field(
+        True, description="Traces of arithmetic tasks call the calculator before answering."
+    )
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(8, ge=1, description="Examples per optimiser step.")
+    lr: float = Field(2e-4, gt=0, description="Learning rate of the warm start.")
+
+    @model_validator(mode="after")
+    def _check(self) -> WarmStart:
+        if (self.data is None) == (self.traces is None):
+            raise ValueError("warm_start needs exactly one of data (a JSONL file) or traces")
+        return self
+
+
+class TrainConfig(StrictModel):
+    """The whole run of `honing train`."""
+
+    name: str = Field("train", description="Names the run in its last line (e.g. quickstart).")
+    model: str = Field("default", description="The starting policy: directory or built-in name.")
+    out: Path = Field(description="The run directory.")
+    seed: int = Field(0, description="Seeds task order, sampling and initialisation.")
+    deterministic: bool = Field(
+        False,
+        description="Bit-reproducible runs and resumes: one sequence per engine batch, no "
+        "prefix cache, deterministic torch kernels. Slower.",
+    )
+    train: dict[str, TaskSource] = Field(min_length=1, description="Named training sources.")
+    heldout: dict[str, TaskSource] = Field(
+        default_factory=dict, description="Named held-out sets (never trained on)."
+    )
+    phases: list[Phase] = Field(
+        default_factory=list, description="Curriculum; empty: one phase over every source."
+    )
+    steps: int | None = Field(
+        None, ge=1, description="Updates in all (without phases); with phases, their sum."
+    )
+    groups_per_step: int = Field(4, ge=1, description="Tasks (groups) per update.")
+    n: int = Field(8, ge=2, description="Samples per task: the group size.")
+    learner: LearnerConfig = LearnerConfig()
+    agent: AgentSettings = AgentSettings()
+    engine: EngineSettings = EngineSettings()
+    eval: EvalSettings = EvalSettings()
+    checkpoint: CheckpointSettings = CheckpointSettings()
+    warm_start: WarmStart | None = None
+    sandbox: SandboxConfig = SandboxConfig()
+    env: EnvConfig = Field(
+        default_factory=EnvConfig, description="Reward weights and limits of the environments."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        for phase in self.phases:
+            unknown = [name for name in phase.train if name not in self.train]
+            if unknown:
+                raise ValueError(
+                    f"phase {phase.name!r} trains on {unknown}, which are not train sources "
+                    f"(allowed: {sorted(self.train)})"
+                )
+        if self.phases:
+            total = sum(p.steps for p in self.phases)
+            if self.steps is not None and self.steps != total:
+                raise ValueError(
+                    f"steps is {self.steps} but the phases add up to {total}: drop steps, or "
+                    "make them agree"
+                )
+        elif self.steps is None:
+            raise ValueError("give steps (the number of updates), or phases with their steps")
+        if self.learner.temperature != self.agent.temperature and self.agent.temperature > 0:
+            raise ValueError(
+                f"learner.temperature {self.learner.temperature} must equal agent.temperature "
+                f"{self.agent.temperature}: the learner scores tokens at the sampling temperature"
+            )
+        return self
+
+    @property
+    def schedule(self) -> list[Phase]:
+        """The phases, or the one implicit phase over every source."""
+        if self.phases:
+            return list(self.phases)
+        assert self.steps is not None
+        return [Phase(name="main", steps=self.steps, train=list(self.train))]
+
+    @property
+    def total_steps(self) -> int:
+        return sum(p.steps for p in self.schedule)
+
+    def phase_at(self, step: int) -> tuple[int, Phase]:
+        """The phase (index, phase) that update `step` (0-based) belongs to."""
+        end = 0
+        for index, phase in enumerate(self.schedule):
+            end += phase.steps
+            if step < end:
+                return index, phase
+        raise IndexError(f"step {step} is past the last phase (total {end} steps)")

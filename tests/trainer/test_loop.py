@@ -1,0 +1,163 @@
+"""The closed loop (`honing.trainer.loop.train`) end to end on a tiny model, with a seeded
+scripted engine so that runs are deterministic: updates, store, metrics, held-out evaluation,
+phases and forgetting, and a SIGKILLed run resumed to the same weights, bit for bit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors.torch import load_file
+
+from honing.store import read_trajectories
+from honing.trainer.checkpoint import latest_checkpoint
+
+CHILD = Path(__file__).with_name("loop_child.py")
+
+
+def tasks_file(path: Path, op: str, start: int, count: int) -> Path:
+    rows = []
+    for i in range(start, start + count):
+        a, b = 10 + 7 * i, 3 + i
+        answer = a + b if op == "+" else a - b
+        rows.append({"id": f"{op}{i}", "domain": "math", "prompt": f"What is {a} {op} {b}?",
+                     "answer": str(answer)})  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def config(tmp_path: Path, model: Path, out: Path, **extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "model": str(model),
+        "out": str(out),
+        "seed": 3,
+        "deterministic": True,
+        "train": {"add": {"tasks": str(tasks_file(tmp_path / "add.jsonl", "+", 0, 12))}},
+        "heldout": {"add": {"tasks": str(tasks_file(tmp_path / "add-heldout.jsonl", "+", 50, 4))}},
+        "steps": 3,
+        "groups_per_step": 2,
+        "n": 2,
+        "learner": {"lr": 1e-3, "micro_batch_tokens": 2048},
+        "agent": {"max_turns": 2, "max_new_tokens": 32, "system_prompt": ""},
+        "eval": {"every": 2},
+        "checkpoint": {"every": 2, "keep": 3},
+        "sandbox": {"pool_size": 2, "timeout_s": 20.0},
+    }
+    base.update(extra)
+    return base
+
+
+def run_child(cfg: dict[str, Any], path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    path.write_text(json.dumps(cfg))
+    return subprocess.run(
+        [sys.executable, str(CHILD), str(path), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def final_weights(run: Path) -> dict[str, Any]:
+    checkpoint = latest_checkpoint(run)
+    assert checkpoint is not None
+    return load_file(checkpoint / "learner" / "model.safetensors")
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_sigkilled_run_resumes_to_the_same_weights_bit_for_bit(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    straight = tmp_path / "straight"
+    done = run_child(config(tmp_path, tiny_model_dir, straight), tmp_path / "a.json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1])["steps"] == 3
+
+    killed = tmp_path / "killed"
+    cfg = config(tmp_path, tiny_model_dir, killed)
+    first = run_child(cfg, tmp_path / "b.json", "--kill-after", "3")
+    assert first.returncode == -9, first.stderr[-3000:]  # killed after the last update, before
+    assert len(lines(killed / "metrics.jsonl")) == 3  # its checkpoint: resumes at step 2
+    assert len(read_trajectories(killed)) == 3 * 2 * 2
+    second = run_child(cfg, tmp_path / "b.json", "--resume")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming" in second.stderr and "at step 2" in second.stderr
+
+    a, b = final_weights(straight), final_weights(killed)
+    assert a.keys() == b.keys()
+    changed = 0
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    for name, tensor in a.items():
+        assert (tensor == b[name]).all(), name  # bit for bit
+        key = name.removeprefix("model.") if name not in initial else name
+        if key in initial and initial[key].shape == tensor.shape:
+            changed += int(not (initial[key] == tensor).all())
+    assert changed > 0, "the updates changed no weight: the test would prove nothing"
+
+    # nothing lost, nothing doubled: the store and the logs match the uninterrupted run
+    def keyed(run: Path) -> list[tuple[str, int, str]]:
+        return [(t.task_id, t.sample, str(t.token_ids)) for t in read_trajectories(run)]
+
+    assert keyed(killed) == keyed(straight)
+    assert [m["step"] for m in lines(killed / "metrics.jsonl")] == [1, 2, 3]
+    strip = [
+        {k: v for k, v in e.items() if k != "seconds"} for e in lines(straight / "evals.jsonl")
+    ]
+    assert [
+        {k: v for k, v in e.items() if k != "seconds"} for e in lines(killed / "evals.jsonl")
+    ] == strip
+
+
+def test_phases_mix_sources_and_forgetting_is_reported(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    run = tmp_path / "phased"
+    sub_train = tasks_file(tmp_path / "sub.jsonl", "-", 0, 12)
+    sub_heldout = tasks_file(tmp_path / "sub-heldout.jsonl", "-", 50, 4)
+    cfg = config(tmp_path, tiny_model_dir, run)
+    cfg["train"]["sub"] = {"tasks": str(sub_train)}
+    cfg["heldout"]["sub"] = {"tasks": str(sub_heldout)}
+    cfg["phases"] = [
+        {"name": "add", "steps": 2, "train": ["add"]},
+        {"name": "add+sub", "steps": 2, "train": ["add", "sub"]},
+    ]
+    cfg["steps"] = None
+    cfg["eval"] = {"every": 10, "forgetting_threshold": 0.05}
+    cfg["deterministic"] = False
+    cfg["test"] = {"forget_after": 2}  # after update 2, additions come out wrong
+    done = run_child(cfg, tmp_path / "c.json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = lines(run / "metrics.jsonl")
+    assert [m["phase"] for m in metrics] == ["add", "add", "add+sub", "add+sub"]
+    assert all(set(m["sources"]) == {"add"} for m in metrics[:2])
+    assert set().union(*(m["sources"] for m in metrics[2:])) <= {"add", "sub"}
+    evals = lines(run / "evals.jsonl")
+    assert sorted({e["step"] for e in evals}) == [0, 2, 4]  # before, and after each phase
+    result = json.loads((run / "result.json").read_text())
+    [event] = result["forgetting"]
+    assert event["set"] == "add" and event["phase"] == "add+sub"
+    assert event["now"] < event["best"] - 0.05
+    assert "forgetting: held-out add fell" in done.stderr
+
+
+def test_a_second_run_into_the_same_directory_is_refused(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    import asyncio
+
+    from honing.errors import ConfigError
+    from honing.trainer.loop import train
+    from honing.trainer.run_config import TrainConfig
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("{}")
+    cfg = TrainConfig.model_validate(config(tmp_path, tiny_model_dir, run))
+    with pytest.raises(ConfigError, match="--resume"):
+        asyncio.run(train(cfg))
