@@ -58,10 +58,11 @@ from honing.rollout.scheduler import Scheduler, SchedulerConfig
 from honing.sandbox import SandboxPool
 from honing.store import TrajectoryWriter, rewind
 from honing.store.records import Trajectory
-from honing.tasks.load import AnyTask, TaskSet, load_tasks
+from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from honing.trainer.learner import Learner, LearnerStats, check_logprob_match
-from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource, TrainConfig
+from honing.trainer.run_config import TrainConfig
+from honing.trainer.sources import load_source, without_overlap
 from honing.trainer.sync import sync_weights
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 EVALS_FILE = "evals.jsonl"
 RESULT_FILE = "result.json"
+BEFORE = "before"  # the phase name of the starting model's evaluation
+WARM_START = "warm start"  # ... and of the warm-started model's
 
 
 # -- records -----------------------------------------------------------------------------------
@@ -162,58 +165,6 @@ class TrainResult:
 
 
 # -- tasks -------------------------------------------------------------------------------------
-
-
-def load_source(name: str, source: TaskSource) -> TaskSet:
-    """The tasks of one configured source, filtered by tags and limit; never empty."""
-    if source.tasks.startswith(SYNTHETIC_PREFIX) and (source.count or source.seed is not None):
-        from honing.tasks import synthetic, synthetic_sql
-        from honing.tasks.builtin import SYNTHETIC_SEED, SYNTHETIC_SIZE
-
-        generators: dict[str, Callable[[int, int], Sequence[AnyTask]]] = {
-            "code": synthetic.generate_code_tasks,
-            "math": synthetic.generate_math_tasks,
-            "tools": synthetic.generate_tools_tasks,
-            "sql": synthetic_sql.generate_sql_tasks,
-        }
-        domain = source.tasks.removeprefix(SYNTHETIC_PREFIX)
-        if domain not in generators:
-            raise ConfigError(
-                f"{name}: unknown synthetic task set {source.tasks!r} (allowed: "
-                f"{', '.join(SYNTHETIC_PREFIX + d for d in generators)})"
-            )
-        count = source.count or SYNTHETIC_SIZE
-        seed = SYNTHETIC_SEED if source.seed is None else source.seed
-        taskset = synthetic.as_taskset(f"{source.tasks}/{seed}", generators[domain](count, seed))
-    else:
-        taskset = load_tasks(source.tasks)
-    tasks = taskset.tasks
-    if source.tags:
-        tasks = [t for t in tasks if set(t.tags) & set(source.tags)]
-    if source.limit is not None:
-        tasks = tasks[: source.limit]
-    if not tasks:
-        raise ConfigError(
-            f"task source {name!r} ({source.tasks}) has no tasks"
-            + (f" with tags {source.tags}" if source.tags else "")
-        )
-    return TaskSet(taskset.name, tasks, taskset.quarantined, taskset.total, taskset.origins)
-
-
-def without_overlap(heldout: TaskSet, train: Sequence[TaskSet]) -> TaskSet:
-    """The held-out tasks whose prompt appears in no training set (a held-out set must be
-    unseen); the number dropped is logged."""
-    seen = {t.prompt for ts in train for t in ts.tasks}
-    kept = [t for t in heldout.tasks if t.prompt not in seen]
-    if len(kept) < len(heldout.tasks):
-        log.info(
-            "held-out %s: %d task(s) also in the training sources, left out",
-            heldout.name,
-            len(heldout.tasks) - len(kept),
-        )
-    if not kept:
-        raise ConfigError(f"held-out set {heldout.name!r}: every task is also a training task")
-    return TaskSet(heldout.name, kept, heldout.quarantined, heldout.total, heldout.origins)
 
 
 class TaskMixer:
@@ -314,7 +265,6 @@ class Trainer:
         self,
         config: TrainConfig,
         engine: Engine,
-        learner: Learner,
         pool: SandboxPool,
         state: LoopState,
         *,
@@ -323,7 +273,7 @@ class Trainer:
     ) -> None:
         self.config = config
         self.engine = engine
-        self.learner = learner
+        self.learner: Learner | None = None  # set by `train` once the starting model is known
         self.pool = pool
         self.state = state
         self.run_dir = config.out
@@ -331,9 +281,11 @@ class Trainer:
         self.on_eval = on_eval
         self.env_config = config.env.model_copy(update={"max_steps": config.agent.max_turns})
         self.train_sets = {n: load_source(n, s) for n, s in config.train.items()}
+        seen = list(self.train_sets.values())  # held-out sets stay unseen, warm start included
+        if config.warm_start is not None and config.warm_start.traces is not None:
+            seen.append(load_source("warm_start", config.warm_start.traces))
         self.heldout = {
-            n: without_overlap(load_source(n, s), list(self.train_sets.values()))
-            for n, s in config.heldout.items()
+            n: without_overlap(load_source(n, s), seen) for n, s in config.heldout.items()
         }
         self.mixer = TaskMixer(
             self.train_sets, {n: s.weight for n, s in config.train.items()}, config.seed
@@ -447,6 +399,7 @@ class Trainer:
         if not self.checked_match:
             self.checked_match = True
             self._check_match(trajectories)
+        assert self.learner is not None
         stats = self.learner.update(groups)
         sync = await sync_weights(self.learner, self.engine)
         self.state.step += 1
@@ -489,6 +442,7 @@ class Trainer:
         ]
         if not scored:
             return
+        assert self.learner is not None
         report = check_logprob_match(self.learner, scored[:8])
         log.info("start-up check: engine vs learner %s", report)
         if report.max_abs_diff > 1e-2:
@@ -501,12 +455,8 @@ class Trainer:
     # -- the run --
 
     async def run(self) -> TrainResult:
+        """The updates from `state.step` to the end, then the result."""
         cfg = self.config
-        before: dict[str, EvalPoint] = {}
-        measured = any(p.step == 0 for p in self.state.evals)
-        if self.state.step == 0 and cfg.eval.before and self.heldout and not measured:
-            await self.evaluate("before")
-        before = {p.set: p for p in self.state.evals if p.step == 0}
         episode_seed = cfg.seed
 
         async def run_one(task: AnyTask, sample: int, gate: Gate) -> Trajectory:
@@ -542,10 +492,12 @@ class Trainer:
                     self.checkpoint()
         last = max((p.step for p in self.state.evals), default=0)
         after = {p.set: p for p in self.state.evals if p.step == last}
+        if last == 0:  # no update ran an evaluation: the latest step-0 one is the "after"
+            after = {p.set: p for p in self.state.evals}
         result = TrainResult(
             run_dir=self.run_dir,
             steps=self.state.step,
-            before=before,
+            before={p.set: p for p in self.state.evals if p.phase == BEFORE},
             after=after,
             forgetting=list(self.state.forgetting),
             elapsed_s=self.elapsed(),
@@ -558,6 +510,7 @@ class Trainer:
         return self.state.elapsed_s + time.monotonic() - self.started
 
     def checkpoint(self) -> None:
+        assert self.learner is not None
         state = self.state.model_copy(update={"elapsed_s": self.elapsed()})
         path = save_checkpoint(
             self.run_dir,
@@ -616,48 +569,67 @@ async def train(
     on_eval: Callable[[EvalPoint], None] | None = None,
 ) -> TrainResult:
     """Run (or, with `resume`, continue) the closed loop described by `config`. `engine`: an
-    engine built by the caller (tests: a scripted engine); default: an hf engine on the policy."""
+    engine built by the caller (tests: a scripted engine); default: an hf engine on the policy.
+
+    Order: held-out evaluation of the starting model ("before"), the warm start if configured
+    (then evaluated again, "warm start"), then the updates. A resumed run with a checkpoint
+    skips straight to its next update."""
     started = time.monotonic()
     run_dir = prepare_run_dir(config, resume)
     if config.deterministic:
         torch.use_deterministic_algorithms(True)
-    torch.manual_seed(config.seed)
-    random.seed(config.seed)
-    model_path = await _starting_model(config, run_dir)
-    learner = Learner(model_path, config.learner)
-    state = LoopState()
     checkpoint = latest_checkpoint(run_dir) if resume else None
-    if checkpoint is not None:
-        loaded = load_checkpoint(checkpoint, learner)
-        state = LoopState.model_validate(loaded.loop_state)
-        log.info("resuming %s at step %d (%s)", run_dir, state.step, checkpoint.name)
-    elif resume:
-        log.info("resuming %s: no checkpoint yet, starting from step 0", run_dir)
-    _rewind(run_dir, state)
+    if checkpoint is None:
+        if resume:
+            log.info("resuming %s: no checkpoint yet, starting from the beginning", run_dir)
+        _rewind(run_dir, LoopState())
     own_engine = engine is None
-    if engine is None:
-        from honing.rollout.engines.hf import HFEngine
-
-        engine = HFEngine(
-            model_path,
-            dtype=config.engine.dtype,
-            max_batch=1 if config.deterministic else config.engine.slots,
-            prefix_cache=config.engine.prefix_cache and not config.deterministic,
-            seed=config.seed,
-        )
+    engine = engine or _engine(config, config.model)
     try:
-        if state.step > 0:  # the engine starts from the base weights: bring it to the learner's
-            await sync_weights(learner, engine)
         async with SandboxPool(config.sandbox) as pool:
-            trainer = Trainer(
-                config, engine, learner, pool, state, on_step=on_step, on_eval=on_eval
-            )
+            trainer = Trainer(config, engine, pool, LoopState(), on_step=on_step, on_eval=on_eval)
             trainer.started = started
+            if checkpoint is None and config.eval.before and trainer.heldout:
+                await trainer.evaluate(BEFORE)
+            model_path = config.model
+            if config.warm_start is not None:
+                from honing.trainer.warm import warm_start
+
+                model_path = str(await warm_start(config, run_dir))
+                if own_engine:
+                    await engine.close()
+                    engine = trainer.engine = _engine(config, model_path)
+                if checkpoint is None and config.eval.after_warm_start and trainer.heldout:
+                    await trainer.evaluate(WARM_START)
+            torch.manual_seed(config.seed)  # the adapter's initialisation
+            random.seed(config.seed)
+            learner = trainer.learner = Learner(model_path, config.learner)
+            if checkpoint is not None:
+                loaded = load_checkpoint(checkpoint, learner)
+                trainer.state = loaded.state(LoopState)
+                trainer.first_step = trainer.state.step
+                _rewind(run_dir, trainer.state)
+                log.info(
+                    "resuming %s at step %d (%s)", run_dir, trainer.state.step, checkpoint.name
+                )
+                await sync_weights(learner, engine)  # the engine starts from the starting model
             return await trainer.run()
     finally:
         if own_engine:
             with contextlib.suppress(Exception):
                 await engine.close()
+
+
+def _engine(config: TrainConfig, model: str) -> Engine:
+    from honing.rollout.engines.hf import HFEngine
+
+    return HFEngine(
+        model,
+        dtype=config.engine.dtype,
+        max_batch=1 if config.deterministic else config.engine.slots,
+        prefix_cache=config.engine.prefix_cache and not config.deterministic,
+        seed=config.seed,
+    )
 
 
 def _rewind(run_dir: Path, state: LoopState) -> None:
@@ -667,26 +639,16 @@ def _rewind(run_dir: Path, state: LoopState) -> None:
         if dropped:
             log.info("store: %d shard(s) written after the checkpoint removed", dropped)
     _truncate_log(run_dir / METRICS_FILE, state.step)
-    kept_evals = {(p.step, p.set) for p in state.evals}
+    kept_evals = {(p.step, p.phase, p.set) for p in state.evals}
     path = run_dir / EVALS_FILE
     if path.exists():
         lines = [line for line in path.read_text().splitlines() if _eval_key(line) in kept_evals]
         path.write_text("".join(f"{line}\n" for line in lines))
 
 
-def _eval_key(line: str) -> tuple[int, str] | None:
+def _eval_key(line: str) -> tuple[int, str, str] | None:
     try:
         record = json.loads(line)
-        return int(record["step"]), str(record["set"])
+        return int(record["step"]), str(record["phase"]), str(record["set"])
     except (json.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
-
-
-async def _starting_model(config: TrainConfig, run_dir: Path) -> str:
-    """The model the learner and engine start from: the configured one, or the warm-start
-    model (trained once, reused on resume)."""
-    if config.warm_start is None:
-        return config.model
-    from honing.trainer.warm import warm_start
-
-    return str(await warm_start(config, run_dir))

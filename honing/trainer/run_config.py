@@ -93,6 +93,9 @@ class EvalSettings(StrictModel):
     k: int = Field(1, ge=1, description="Episodes per held-out task.")
     temperature: float = Field(0.0, ge=0, description="0 is greedy: a stable measure.")
     before: bool = Field(True, description="Evaluate the starting policy before training.")
+    after_warm_start: bool = Field(
+        True, description="Evaluate after the warm start too (what SFT alone achieved)."
+    )
     forgetting_threshold: float = Field(
         0.05,
         ge=0,

@@ -1,0 +1,70 @@
+"""Task sources of a training run: loading a configured source, and keeping held-out sets unseen.
+
+    load_source(name, TaskSource(tasks="synthetic-math", count=256, seed=1))   -> TaskSet
+    without_overlap(heldout, [train, ...])   -> the held-out tasks no training set contains
+
+Not covered: mixing sources over a run (`honing.trainer.loop.TaskMixer`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from honing.errors import ConfigError
+from honing.tasks.load import AnyTask, TaskSet, load_tasks
+from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource
+
+log = logging.getLogger(__name__)
+
+
+def load_source(name: str, source: TaskSource) -> TaskSet:
+    """The tasks of one configured source, filtered by tags and limit; never empty."""
+    if source.tasks.startswith(SYNTHETIC_PREFIX) and (source.count or source.seed is not None):
+        from honing.tasks import synthetic, synthetic_sql
+        from honing.tasks.builtin import SYNTHETIC_SEED, SYNTHETIC_SIZE
+
+        generators: dict[str, Callable[[int, int], Sequence[AnyTask]]] = {
+            "code": synthetic.generate_code_tasks,
+            "math": synthetic.generate_math_tasks,
+            "tools": synthetic.generate_tools_tasks,
+            "sql": synthetic_sql.generate_sql_tasks,
+        }
+        domain = source.tasks.removeprefix(SYNTHETIC_PREFIX)
+        if domain not in generators:
+            raise ConfigError(
+                f"{name}: unknown synthetic task set {source.tasks!r} (allowed: "
+                f"{', '.join(SYNTHETIC_PREFIX + d for d in generators)})"
+            )
+        count = source.count or SYNTHETIC_SIZE
+        seed = SYNTHETIC_SEED if source.seed is None else source.seed
+        taskset = synthetic.as_taskset(f"{source.tasks}/{seed}", generators[domain](count, seed))
+    else:
+        taskset = load_tasks(source.tasks)
+    tasks = taskset.tasks
+    if source.tags:
+        tasks = [t for t in tasks if set(t.tags) & set(source.tags)]
+    if source.limit is not None:
+        tasks = tasks[: source.limit]
+    if not tasks:
+        raise ConfigError(
+            f"task source {name!r} ({source.tasks}) has no tasks"
+            + (f" with tags {source.tags}" if source.tags else "")
+        )
+    return TaskSet(taskset.name, tasks, taskset.quarantined, taskset.total, taskset.origins)
+
+
+def without_overlap(heldout: TaskSet, train: Sequence[TaskSet]) -> TaskSet:
+    """The held-out tasks whose prompt appears in no training set (a held-out set must be
+    unseen); the number dropped is logged."""
+    seen = {t.prompt for ts in train for t in ts.tasks}
+    kept = [t for t in heldout.tasks if t.prompt not in seen]
+    if len(kept) < len(heldout.tasks):
+        log.info(
+            "held-out %s: %d task(s) also in the training sources, left out",
+            heldout.name,
+            len(heldout.tasks) - len(kept),
+        )
+    if not kept:
+        raise ConfigError(f"held-out set {heldout.name!r}: every task is also a training task")
+    return TaskSet(heldout.name, kept, heldout.quarantined, heldout.total, heldout.origins)

@@ -1,0 +1,85 @@
+"""The warm start of `honing train`: supervised fine-tuning before RL, run once per run directory.
+
+    model_dir = await warm_start(config, run_dir)    # RUN/warm_start/model, or reused
+
+With `warm_start.traces`, the SFT data are tool-use traces made by playing the source's tasks'
+reference solutions through the real environments (`honing.trainer.traces`), rendered exactly
+as the agent loop renders rollouts; with `warm_start.data`, a chat JSONL file. The model is
+trained with the run's learner settings (LoRA or full) at the warm start's learning rate and
+saved merged (`honing.trainer.sft`); RL then starts from it with a fresh adapter and optimiser.
+`RUN/warm_start/done.json` marks it finished, so a resumed run reuses it.
+
+Not covered: warm starts that mix several data sources, or evaluation during SFT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+from honing.sandbox import SandboxPool
+from honing.trainer.run_config import TrainConfig
+from honing.trainer.sft import SftConfig, run_sft
+from honing.trainer.sources import load_source
+from honing.trainer.traces import write_traces
+
+log = logging.getLogger(__name__)
+
+WARM_DIR = "warm_start"
+DONE_FILE = "done.json"
+
+
+async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
+    """The warm-start model directory: trained now, or found from an earlier (resumed) run."""
+    settings = config.warm_start
+    assert settings is not None
+    out = run_dir / WARM_DIR
+    done = out / DONE_FILE
+    if done.is_file():
+        model_dir = Path(json.loads(done.read_text())["model_dir"])
+        log.info("warm start: reusing %s", model_dir)
+        return model_dir
+    data = settings.data
+    if settings.traces is not None:
+        taskset = load_source("warm_start", settings.traces)
+        data = out / "traces.jsonl"
+        env = config.env.model_copy(update={"max_steps": config.agent.max_turns})
+        async with SandboxPool(config.sandbox) as pool:
+            traces = await write_traces(
+                taskset,
+                data,
+                pool,
+                calculator_first=settings.calculator_first,
+                system_prompt=config.agent.system_prompt,
+                env_config=env,
+            )
+        log.info("warm start: %d reference traces of %s -> %s", len(traces), taskset.name, data)
+    assert data is not None
+    learner = config.learner.model_copy(
+        update={"lr": settings.lr, "warmup_steps": 0, "schedule": "constant"}
+    )
+    sft = SftConfig(
+        model=config.model,
+        data=str(data),
+        out=out,
+        learner=learner,
+        epochs=settings.epochs,
+        batch_size=settings.batch_size,
+        max_seq_len=config.agent.max_total_tokens,
+        seed=config.seed,
+    )
+    result = await asyncio.to_thread(run_sft, sft)
+    log.info(
+        "warm start: %d steps on %d examples, loss %.3f -> %.3f, %.0f s",
+        result.steps,
+        result.examples,
+        result.first_loss,
+        result.final_loss,
+        result.seconds,
+    )
+    tmp = done.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.to_json_dict(), indent=2))
+    tmp.replace(done)
+    return result.model_dir
