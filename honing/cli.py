@@ -12,6 +12,7 @@
     honing check-template MODEL              is the model's chat template safe for multi-turn RL?
     honing train CONFIG.yaml [key=value ...]  the closed loop: rollouts, updates, held-out evals
     honing train --resume RUN_DIR            continue a run from its latest checkpoint
+    honing sft CONFIG.yaml [key=value ...]   supervised warm start on chat JSONL (assistant tokens)
 
 Machine-readable output goes to stdout; human-readable progress and errors go to stderr (rich).
 """
@@ -753,6 +754,27 @@ def train_command(
     err.print(f"run: {result.run_dir} (metrics.jsonl, evals.jsonl, trajectories/, "
               "checkpoints/)", highlight=False)  # fmt: skip
     typer.echo(result.line(cfg.name))
+
+
+@app.command("sft")
+def sft_command(
+    config: Annotated[Path, typer.Argument(help="The SFT YAML config (model, data, out...).")],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(help="key=value settings over the config: epochs=2 learner.lr=1e-4."),
+    ] = None,
+) -> None:
+    """Supervised fine-tuning on chat data (JSONL of {messages, tools}); the loss is on the
+    assistant tokens only, rendered exactly as the agent loop renders rollouts. The model goes to
+    OUT/model (LoRA merged in): start `honing train` from it with model=OUT/model."""
+    from honing.config import load_yaml_model
+    from honing.trainer.sft import SftConfig, sft_main
+
+    _log_to_stderr()
+    try:
+        sft_main(load_yaml_model(config, SftConfig, list(overrides or [])))
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
 
 
 def _log_to_stderr() -> None:

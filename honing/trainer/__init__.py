@@ -1,12 +1,22 @@
-"""The trainer layer: the learner that turns groups of trajectories into weight updates.
+"""The trainer layer: learner, weight sync, checkpoints, SFT and the closed loop.
 
-    config     LearnerConfig, LoraSettings
-    batching   batch_from_groups (-> TrainBatch of MicroBatch), micro_batches, drop_zero_variance,
-               pack
-    learner    Learner (.update -> LearnerStats, .logprobs, .weights), check_logprob_match
-    sync       sync_weights (-> SyncReport): learner -> in-process engine, timed and logged
+    config      LearnerConfig, LoraSettings
+    batching    batch_from_groups (-> TrainBatch of MicroBatch), micro_batches, drop_zero_variance,
+                pack
+    learner     Learner (.update -> LearnerStats, .logprobs, .weights, .save/.load),
+                check_logprob_match
+    sync        sync_weights (-> SyncReport): in process (state dict), or to servers (safetensors
+                directory or LoRA adapter + reload request), timed and logged
+    checkpoint  save_checkpoint / latest_checkpoint / load_checkpoint: atomic, exact resume
+    sft         SftConfig, run_sft: supervised fine-tuning on chat JSONL (assistant tokens only)
+    traces      tool-use SFT traces from tasks' reference actions played in the real envs
+    run_config  TrainConfig: the YAML of `honing train`
+    sources     task sources of a run; held-out sets kept unseen
+    warm        the warm start of `honing train` (SFT before RL)
+    loop        train(): the closed loop with phases, held-out evals, forgetting, checkpoints
 
-Not covered yet: checkpoints and exact resume, SFT, weight sync to servers, the closed loop.
+Not covered: several PPO epochs per batch, value heads (GAE is in honing.rl, unused here),
+asynchronous overlap of generation and training, multi-process (FSDP) learners.
 """
 
 from honing.trainer.batching import (
