@@ -27,13 +27,14 @@ system-deps:
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,ray]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,ray,bench]'
 	@# Only bfcl-eval's data files are read; its pinned, heavy dependencies are not wanted.
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(BFCL)
 	@touch $(STAMP)
 
+# Each run gets its own directory under runs/ (a run directory is never overwritten).
 quickstart: setup
-	$(VENV)/bin/honing sandbox humaneval
+	$(VENV)/bin/honing train examples/quickstart.yaml out=runs/quickstart-$$(date +%Y%m%d-%H%M%S)
 
 lint: setup
 	$(VENV)/bin/ruff check honing tests benchmarks
@@ -48,6 +49,7 @@ bench: setup
 	$(PY) benchmarks/generation.py
 	$(PY) benchmarks/async_vs_sync.py
 	$(PY) benchmarks/scheduler_scale.py
+	$(PY) benchmarks/grpo_vs_trl.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,67 @@
+"""Smoke run of benchmarks/grpo_vs_trl.py on the tiny random Llama: trl's GRPOTrainer and honing
+each take one real step (full fine-tune and LoRA), and the script prints its ratio line last.
+The shared reward function is checked on hand-written completions. No timing is asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "grpo_vs_trl.py"
+LAST_LINE = re.compile(r"grpo step: trl (\d+\.\d\d) s; honing (\d+\.\d\d) s; speedup (\d+\.\d)x")
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("grpo_vs_trl", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_shared_reward(bench: ModuleType) -> None:
+    reward = bench.multiplication_reward(
+        [
+            "12 * 34 = 408",  # right: the last number is the product
+            [{"role": "assistant", "content": "It is 1,408"}],  # trl's conversational form
+            "408 is not it, 407",  # wrong: only the last number counts
+            "no idea",
+        ],
+        [408, 1408, 408, 408],
+    )
+    expected = [
+        1 + 0.1 - 0.002 * 13,
+        1 + 0.1 - 0.002 * 11,
+        0 + 0.1 - 0.002 * 18,
+        0 + 0.0 - 0.002 * 7,
+    ]
+    assert reward == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_one_step_each_prints_the_ratio_last(
+    bench: ModuleType,
+    tiny_model_dir: Path,
+    lora: bool,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("trl", reason="trl is not installed: pip install -e '.[bench]'")
+    argv = ["--model", str(tiny_model_dir), "--steps", "1", "--warmup", "0", "--seed", "1"]
+    bench.main([*argv, "--lora"] if lora else argv)
+    lines = capsys.readouterr().out.strip().splitlines()
+    match = LAST_LINE.fullmatch(lines[-1])
+    assert match, lines[-1]
+    trl_s, honing_s, speedup = (float(g) for g in match.groups())
+    assert trl_s > 0 and honing_s > 0
+    assert speedup == pytest.approx(trl_s / honing_s, rel=0.05, abs=0.06)
+    assert ("LoRA r 16" if lora else "full fine-tune") in lines[0]
+    for side in ("trl", "honing"):
+        [step] = [line for line in lines if line.startswith(f"{side} step 1/1: ")]
+        assert re.search(r"reward mean [+-]\d\.\d{3}, \d+/16 correct", step), step
