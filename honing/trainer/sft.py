@@ -70,10 +70,11 @@ from pydantic import Field, PrivateAttr, ValidationError
 from torch import Tensor
 
 from honing.config import StrictModel
+from honing.envs.base import Observation, ToolResult
 from honing.errors import ConfigError
-from honing.rollout.chat import ChatFormat, Message, system_message
+from honing.rollout.chat import ChatFormat, Message, observation_messages, system_message
 from honing.trainer.batching import pack
-from honing.trainer.config import LearnerConfig, LoraSettings
+from honing.trainer.config import LearnerConfig
 from honing.trainer.learner import Learner
 
 log = logging.getLogger(__name__)
@@ -143,11 +144,8 @@ class Problem:
 
     def __str__(self) -> str:
         where = f"{self.source}:{self.line}" if self.line is not None else self.source
-        return (
-            f"{where}: field '{self.field}': {self.message}"
-            if self.field
-            else (f"{where}: {self.message}")
-        )
+        field = f" field '{self.field}':" if self.field else ""
+        return f"{where}:{field} {self.message}"
 
 
 class SftDataError(ConfigError):
@@ -301,23 +299,19 @@ def agent_messages(example: ChatExample, fmt: ChatFormat) -> list[Message]:
     if example.tools:
         system = system_message(example.tools, system, not traits.native_tools)
     out: list[Message] = []
-    pending_tools: list[ChatMessage] = []
+    results: list[ChatMessage] = []  # tool messages waiting to be shown in a user message
     for m in messages:
         if m.role == "tool" and not traits.tool_role:
-            pending_tools.append(m)
+            results.append(m)
             continue
-        if pending_tools:
-            shown = [f"Tool result ({t.name or 'tool'}):\n{t.content}" for t in pending_tools]
-            if m.role == "user":  # the task state after the results, in one message
-                out.append({"role": "user", "content": "\n\n".join([*shown, m.content])})
-                pending_tools = []
+        if results:
+            out.append(_results_message(results, m.content if m.role == "user" else None))
+            results = []
+            if m.role == "user":  # the task state after the results: in the same message
                 continue
-            out.append({"role": "user", "content": "\n\n".join(shown)})
-            pending_tools = []
         out.append(_message(m, traits.native_tools))
-    if pending_tools:
-        shown = [f"Tool result ({t.name or 'tool'}):\n{t.content}" for t in pending_tools]
-        out.append({"role": "user", "content": "\n\n".join(shown)})
+    if results:
+        out.append(_results_message(results, None))
     if system:
         if traits.system_role:
             out.insert(0, {"role": "system", "content": system})
@@ -326,6 +320,19 @@ def agent_messages(example: ChatExample, fmt: ChatFormat) -> list[Message]:
         else:
             out.insert(0, {"role": "user", "content": system})
     return out
+
+
+def _results_message(results: list[ChatMessage], user_text: str | None) -> Message:
+    """Tool results as one user message, as the agent shows them to a template without a tool
+    role (`observation_messages`), with the user message that follows them, if any."""
+    shown = [ToolResult(call_id=r.tool_call_id or "", name=r.name or "tool", content=r.content,
+                        ok=True) for r in results]  # fmt: skip
+    if user_text is not None:
+        observation = Observation(text=user_text, tool_results=shown)
+        [message] = observation_messages(observation, tool_role=False)
+        return message
+    return {"role": "user", "content": "\n\n".join(f"Tool result ({r.name}):\n{r.content}"
+                                                    for r in shown)}  # fmt: skip
 
 
 def _arguments(call: ChatToolCall) -> dict[str, Any]:
@@ -561,9 +568,10 @@ class SftConfig(StrictModel):
         description="Run directory; the trained model goes to OUT/model (LoRA merged in).",
     )
     learner: LearnerConfig = Field(
-        default_factory=lambda: LearnerConfig(lr=2e-4, lora=LoraSettings()),
-        description="Optimiser, schedule, micro-batching, LoRA and precision (the RL fields are "
-        "not used by SFT).",
+        default_factory=LearnerConfig,
+        description="Optimiser, schedule, micro-batching, LoRA and precision, as for `honing "
+        "train` (the RL fields are not used). Its defaults are the RL learner's (full fine-tune, "
+        "lr 1e-5); SFT with LoRA usually wants learner.lora set and lr around 1e-4 to 2e-4.",
     )
     epochs: int = Field(1, ge=1, description="Passes over the data.")
     batch_size: int = Field(8, ge=1, description="Sequences per optimiser step.")

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from honing.config import load_yaml_model
 from honing.errors import ConfigError
 from honing.rollout.chat import ChatFormat
 from honing.rollout.models import load_model, load_tokenizer, resolve_model
@@ -225,3 +226,17 @@ def test_run_sft_with_lora_saves_a_merged_model_the_rollout_layer_loads(
     assert sft_loss(Learner(path, LearnerConfig()), seqs) < sft_loss(
         Learner(tiny_model_dir, LearnerConfig()), seqs
     )
+
+
+def test_the_config_loads_from_yaml_with_overrides_and_names_a_misspelt_key(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "sft.yaml"
+    path.write_text("data: traces.jsonl\nepochs: 2\nlearner:\n  lr: 1.0e-4\n")
+    config = load_yaml_model(path, SftConfig, ["learner.lora.r=8", "batch_size=4"])
+    assert (config.epochs, config.batch_size, config.learner.lr) == (2, 4, 1e-4)
+    assert config.learner.lora is not None and config.learner.lora.r == 8
+    assert config.total_steps(9) == 2 * 3
+    path.write_text("data: traces.jsonl\nepoch: 2\n")
+    with pytest.raises(ConfigError, match="epoch"):
+        load_yaml_model(path, SftConfig)
