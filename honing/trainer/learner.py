@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import json
 import logging
 import math
@@ -265,7 +266,7 @@ class Learner:
             trajectories, self.pad_id, micro_batch_tokens=self.config.micro_batch_tokens
         )
         for mb in packed:
-            logp = self._token_logprobs(self.model, mb)
+            logp = self._token_logprobs(self.model, mb).cpu()
             logp = torch.where(mb.loss_mask, logp, 0.0)
             for r, row in enumerate(mb.rows.tolist()):
                 n = len(trajectories[row].token_ids)
@@ -408,21 +409,35 @@ class Learner:
             return torch.autocast(device_type=device, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _logits(self, model: Any, mb: MicroBatch) -> Tensor:
+    def _logits(self, model: Any, mb: MicroBatch, keep: Tensor | None = None) -> Tensor:
+        """Logits [B, K, V] at positions `keep` (default: every position but the last, K=T-1):
+        the LM head runs only there where the model takes `logits_to_keep` (with a 50k
+        vocabulary, projecting every prompt token is a large share of a small model's step)."""
         device = next(model.parameters()).device
+        kwargs: dict[str, Any] = {}
+        if keep is not None and _takes_logits_to_keep(model):
+            kwargs["logits_to_keep"] = keep.to(device)
         with self._autocast():
             out = model(
                 input_ids=mb.input_ids.to(device),
                 attention_mask=mb.attention_mask.to(device),
                 use_cache=False,
+                **kwargs,
             )
+        if kwargs:
+            return out.logits  # type: ignore[no-any-return]
         logits: Tensor = out.logits[:, :-1]
-        return logits
+        return logits if keep is None else logits[:, keep.to(device)]
 
-    def _token_logprobs(self, model: Any, mb: MicroBatch) -> Tensor:
-        logits = self._logits(model, mb)
-        targets = mb.input_ids[:, 1:].to(logits.device)
-        return token_logprobs(logits, targets, temperature=self.config.temperature).cpu()
+    def _token_logprobs(self, model: Any, mb: MicroBatch, mask: Tensor | None = None) -> Tensor:
+        """Logprobs [B, T-1] of each target; positions no row trains on (mask all 0 there) are
+        not computed and hold 0."""
+        mask = mb.loss_mask if mask is None else mask
+        keep = mask.any(0).nonzero().squeeze(-1)
+        logits = self._logits(model, mb, keep)
+        targets = mb.input_ids[:, 1:][:, keep].to(logits.device)
+        picked = token_logprobs(logits, targets, temperature=self.config.temperature)
+        return _spread(picked, keep, mask.shape)
 
     @contextlib.contextmanager
     def _reference(self) -> Iterator[Any]:
@@ -436,9 +451,12 @@ class Learner:
         self, mb: MicroBatch, mask: Tensor, adv: Tensor, count: int, sums: _Sums
     ) -> None:
         cfg = self.config
-        logits = self._logits(self.model, mb)
-        targets = mb.input_ids[:, 1:].to(logits.device)
-        logp = token_logprobs(logits, targets, temperature=cfg.temperature)
+        keep = mask.any(0).nonzero().squeeze(-1)  # positions some row trains on
+        logits = self._logits(self.model, mb, keep)
+        targets = mb.input_ids[:, 1:][:, keep].to(logits.device)
+        logp = _spread(
+            token_logprobs(logits, targets, temperature=cfg.temperature), keep, mask.shape
+        )
         device = logp.device
         mask = mask.to(device)
         token_adv = adv.to(device)[mb.rows.to(device)][:, None].expand_as(logp)
@@ -459,8 +477,12 @@ class Learner:
         n = float(mask.sum())
         if cfg.kl_coef > 0:
             with torch.no_grad(), self._reference() as ref:
-                ref_logp = token_logprobs(
-                    self._logits(ref, mb), targets, temperature=cfg.temperature
+                ref_logp = _spread(
+                    token_logprobs(
+                        self._logits(ref, mb, keep), targets, temperature=cfg.temperature
+                    ),
+                    keep,
+                    mask.shape,
                 )
             per_token = kl_penalty(logp, ref_logp, mask, estimator=cfg.kl_estimator)
             kl_loss = aggregate(
@@ -470,7 +492,9 @@ class Learner:
             sums.add("kl", (per_token.detach() * mask).sum() / max(n, 1.0), n)
         loss.backward()  # type: ignore[no-untyped-call]
         with torch.no_grad():
-            entropy = token_entropy(logits.detach(), temperature=cfg.temperature)
+            entropy = _spread(
+                token_entropy(logits.detach(), temperature=cfg.temperature), keep, mask.shape
+            )
             sums.add("entropy", (entropy * mask).sum() / max(n, 1.0), n)
         sums.add("loss", loss.detach(), 1.0)
         sums.add("policy_loss", result.loss.detach(), 1.0)
@@ -639,6 +663,20 @@ def _check_tensors(path: Path, saved: dict[str, Tensor], ours: dict[str, Tensor]
             f"{path} does not fit this learner's model: " + "; ".join(parts) + ". Was the run "
             "started from another model? Resume with the run's own model and config"
         )
+
+
+def _spread(values: Tensor, keep: Tensor, shape: torch.Size) -> Tensor:
+    """[B, K] values at positions `keep` -> [B, T-1] with zeros elsewhere (differentiable)."""
+    if values.shape[1] == shape[1]:
+        return values
+    out = values.new_zeros(shape)
+    out[:, keep.to(values.device)] = values
+    return out
+
+
+def _takes_logits_to_keep(model: Any) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 def _pad_id(tokenizer: Any) -> int:
