@@ -27,6 +27,12 @@ class LoraSettings(StrictModel):
         min_length=1,
         description="Names (suffixes) of the linear modules that get an adapter.",
     )
+    top_layers: int | None = Field(
+        None,
+        ge=1,
+        description="Adapt only the last N decoder layers (None: all). The backward pass then "
+        "stops at the lowest adapted layer: a step costs much less on a CPU.",
+    )
 
 
 class LearnerConfig(StrictModel):

@@ -703,5 +703,16 @@ def _with_lora(model: Any, config: LearnerConfig) -> Any:
         lora_dropout=lora.dropout,
         target_modules=list(lora.target_modules),
         bias="none",
+        layers_to_transform=_top_layers(model, lora.top_layers),
     )
     return get_peft_model(model, peft_config)
+
+
+def _top_layers(model: Any, count: int | None) -> list[int] | None:
+    """The indices of the last `count` decoder layers (None: every layer)."""
+    if count is None:
+        return None
+    total = int(model.config.num_hidden_layers)
+    if count > total:
+        raise ValueError(f"lora.top_layers {count}: the model has only {total} decoder layers")
+    return list(range(total - count, total))
