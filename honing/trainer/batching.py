@@ -14,7 +14,11 @@ own longest sequence (right padding, so positions are 0..L-1 as in the engine).
 The reward is the trajectory's "outcome" component: a trajectory without one is an error (a
 missing reward must not become 0). Trajectories that ended for infrastructure reasons or as stale
 are left out before anything else (their reward says nothing about the policy).
-Not covered: advantages (the learner calls honing.rl) and process (turn-level) rewards.
+`turn_rewards` reads the process (turn-level) rewards: for each assistant turn, the sum of the
+named reward components of the environment step that followed it, and which turn each token
+belongs to, in the shapes `honing.rl.turn_level_advantages` takes.
+
+Not covered: advantages (the learner calls honing.rl).
 """
 
 from __future__ import annotations
@@ -148,6 +152,48 @@ def _micro_batch(rows: list[int], trajectories: Sequence[Trajectory], pad_id: in
         versions=torch.where(mask, versions, -1)[:, 1:],
         rows=torch.tensor(rows, dtype=torch.long),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRewards:
+    """Process rewards of N trajectories with at most K assistant turns (T = the longest)."""
+
+    rewards: Tensor  # [N, K] float32: the turn's process reward (0 when its step had none)
+    mask: Tensor  # [N, K] bool: the trajectory has a k-th assistant turn
+    token_turns: Tensor  # [N, T] long: the assistant turn of each model token, -1 elsewhere
+
+
+def turn_rewards(trajectories: Sequence[Trajectory], components: Sequence[str]) -> TurnRewards:
+    """Each assistant turn's process reward: the sum of `components` in the observation step
+    right after it (a component the step did not report counts 0; a turn with no step after it,
+    e.g. cut by the context limit, gets 0)."""
+    spans: list[list[tuple[int, int, float]]] = []
+    for t in trajectories:
+        turns = []
+        for j, turn in enumerate(t.turns):
+            if turn.role != "assistant":
+                continue
+            after = t.turns[j + 1] if j + 1 < len(t.turns) else None
+            reward = 0.0
+            if after is not None and after.role != "assistant":
+                reward = sum(after.components.get(c, 0.0) for c in components)
+            turns.append((turn.start, turn.end, reward))
+        spans.append(turns)
+    n = len(trajectories)
+    k = max((len(x) for x in spans), default=0) or 1
+    width = max((len(t.token_ids) for t in trajectories), default=1)
+    rewards = torch.zeros((n, k), dtype=torch.float32)
+    mask = torch.zeros((n, k), dtype=torch.bool)
+    token_turns = torch.full((n, width), -1, dtype=torch.long)
+    for i, (t, turns) in enumerate(zip(trajectories, spans, strict=True)):
+        model_tokens = torch.tensor(t.loss_mask, dtype=torch.bool)
+        for index, (start, end, reward) in enumerate(turns):
+            rewards[i, index] = reward
+            mask[i, index] = True
+            on = torch.zeros(len(t.token_ids), dtype=torch.bool)
+            on[start:end] = True
+            token_turns[i, : len(t.token_ids)][on & model_tokens] = index
+    return TurnRewards(rewards, mask, token_turns)
 
 
 def batch_from_groups(

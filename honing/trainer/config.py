@@ -57,6 +57,16 @@ class LearnerConfig(StrictModel):
     eps_high: float = Field(
         0.28, ge=0, description="Upper clip bound: 1 + eps_high (clip-higher when > eps_low)."
     )
+    process_weight: float = Field(
+        0.0,
+        ge=0,
+        description="Weight of the turn-level (process) advantages added to each turn's tokens "
+        "(MT-GRPO, honing.rl.turn_level_advantages); 0 uses the outcome alone.",
+    )
+    process_components: list[str] = Field(
+        default_factory=lambda: ["well_formed", "tool_ok", "constraints"],
+        description="Reward components whose sum is a turn's process reward.",
+    )
     kl_coef: float = Field(
         0.0, ge=0, description="Weight of the KL term to the reference model; 0 loads no reference."
     )

@@ -21,8 +21,12 @@ rewards (nothing to learn from), and a zero gradient for several updates in a ro
 on the gradient, not on the loss: with the ratio at 1 a GRPO loss is -mean(A), which is ~0 by
 construction (advantages are centred per group), so an exactly zero loss alone is not a symptom.
 
-Not covered: several PPO epochs over one batch, a value head (GAE), turn-level rewards, the
-engine-side sync to servers (files + reload), FSDP.
+Process rewards (`process_weight` > 0): each assistant turn's process reward (the named components
+of the step after it) is folded into its tokens' advantages by honing.rl.turn_level_advantages,
+on top of the outcome advantage.
+
+Not covered: several PPO epochs over one batch, a value head (GAE), FSDP; the sync itself is
+honing.trainer.sync.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from honing.rl import (
     staleness_mask,
     token_entropy,
     token_logprobs,
+    turn_level_advantages,
 )
 from honing.store.records import Group, Trajectory
 from honing.trainer.batching import (
@@ -63,6 +68,7 @@ from honing.trainer.batching import (
     drop_zero_variance,
     micro_batches,
     trainable,
+    turn_rewards,
 )
 from honing.trainer.config import AdvantageEstimator, LearnerConfig
 
@@ -240,6 +246,16 @@ class Learner:
             return sums, None, 0
         batch = batch_from_groups(groups, self.pad_id, micro_batch_tokens=cfg.micro_batch_tokens)
         adv = advantages(cfg.advantage, batch.rewards, batch.group_ids)
+        if cfg.process_weight > 0:
+            turns = turn_rewards(batch.trajectories, cfg.process_components)
+            adv = turn_level_advantages(
+                adv,
+                turns.rewards,
+                turns.mask,
+                turns.token_turns,
+                batch.group_ids,
+                process_weight=cfg.process_weight,
+            )
         masks = [self._mask(mb) for mb in batch.micro_batches]
         tokens = sum(int(m.sum()) for m in masks)
         stale = batch.tokens - tokens
@@ -459,7 +475,10 @@ class Learner:
         )
         device = logp.device
         mask = mask.to(device)
-        token_adv = adv.to(device)[mb.rows.to(device)][:, None].expand_as(logp)
+        if adv.dim() == 1:  # one advantage per sequence
+            token_adv = adv.to(device)[mb.rows.to(device)][:, None].expand_as(logp)
+        else:  # per token [N, T] (process rewards): row r's targets are its tokens 1..width-1
+            token_adv = adv.to(device)[mb.rows.to(device), 1 : logp.shape[1] + 1]
         result = decoupled_policy_loss(
             logp,
             logp.detach(),
