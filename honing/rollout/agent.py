@@ -376,6 +376,10 @@ class _Episode:
 
     def _end(self, ending: Ending, failure: str | None, detail: str) -> None:
         self.traj.ending, self.traj.failure, self.traj.detail = ending, failure, detail
+        # Ended by the policy (turns, context, deadline, no answer) before the environment judged
+        # the outcome: the task was not done, a real 0. Infrastructure failures never get here
+        # (they raise InfraFailure), so this never turns a crash into a reward.
+        self.traj.components.setdefault("outcome", 0.0)
 
     # -- calls under slots and deadlines ------------------------------------------------------
 

@@ -51,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from honing.config import StrictModel
 from honing.envs import registry
 from honing.errors import ConfigError
+from honing.eval.metrics import Episode
 from honing.eval.model import evaluate_engine
 from honing.rollout.agent import AgentConfig, Gate, run_episode
 from honing.rollout.engines.base import Engine, SamplingParams
@@ -258,6 +259,22 @@ def _truncate_log(path: Path, step: int) -> None:
 # -- the loop ----------------------------------------------------------------------------------
 
 
+class _EvalProgress:
+    """Logs an evaluation's progress at each quarter."""
+
+    def __init__(self, name: str, total: int) -> None:
+        self.name, self.total = name, total
+        self.done = self.passed = 0
+
+    def __call__(self, episode: Episode) -> None:
+        self.done += 1
+        self.passed += int(episode.success)
+        if self.done % max(1, self.total // 4) == 0 and self.done < self.total:
+            log.info(
+                "eval %s: %d/%d episodes, %d passed", self.name, self.done, self.total, self.passed
+            )
+
+
 class Trainer:
     """One run of the closed loop; `train()` is the entry point."""
 
@@ -315,7 +332,8 @@ class Trainer:
         points = []
         agent = self.agent_config(self.config.eval.temperature, self.config.seed)
         for name, taskset in self.heldout.items():
-            log.info("eval %s: %d tasks x %d", name, len(taskset.tasks), self.config.eval.k)
+            total = len(taskset.tasks) * self.config.eval.k
+            log.info("eval %s (%s): %d episodes", name, phase, total)
             report = await evaluate_engine(
                 taskset,
                 self.engine,
@@ -324,8 +342,18 @@ class Trainer:
                 k=self.config.eval.k,
                 config=self.env_config,
                 agent=agent,
+                on_episode=_EvalProgress(name, total),
             )
             e2e = report.end_to_end
+            log.info(
+                "eval %s (%s): success %s (%d/%d) in %.0f s",
+                name,
+                phase,
+                "n/a" if e2e.success_rate is None else f"{100 * e2e.success_rate:.0f}%",
+                e2e.passed,
+                e2e.total,
+                report.elapsed_s,
+            )
             point = EvalPoint(
                 step=self.state.step,
                 phase=phase,
