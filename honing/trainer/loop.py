@@ -309,6 +309,7 @@ class Trainer:
         )
         self.started = time.monotonic()
         self.first_step = state.step
+        self.loop_started = self.started
         self.checked_match = False
 
     # -- agent settings --
@@ -485,6 +486,7 @@ class Trainer:
     async def run(self) -> TrainResult:
         """The updates from `state.step` to the end, then the result."""
         cfg = self.config
+        self.loop_started = time.monotonic()  # for the ETA: updates (and evals) only
         episode_seed = cfg.seed
 
         async def run_one(task: AnyTask, sample: int, gate: Gate) -> Trajectory:
@@ -550,7 +552,7 @@ class Trainer:
         log.info("checkpoint %s", path)
 
     def _progress(self, r: StepReport, total: int) -> None:
-        per_step = (time.monotonic() - self.started) / max(1, r.step - self.first_step)
+        per_step = (time.monotonic() - self.loop_started) / max(1, r.step - self.first_step)
         eta = per_step * (total - r.step)
         s = r.stats
         log.info(
