@@ -28,6 +28,8 @@ COMMANDS = [
     ["store", "query"],
     ["store", "describe"],
     ["check-template"],
+    ["train"],
+    ["sft"],
 ]
 
 

@@ -50,6 +50,7 @@ from torch import Tensor
 
 import honing
 from honing.errors import CheckpointError
+from honing.store.files import sync_dir
 from honing.trainer.learner import Learner
 
 log = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ def save_checkpoint(
         if final.exists():  # the same step again (resumed before LATEST reached it): replace
             _discard(final)
         os.rename(tmp, final)
-        _fsync_dir(root)
+        sync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -254,15 +255,7 @@ def _fsync_tree(directory: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        sync_dir(Path(dirpath))
 
 
 def _write_latest(root: Path, name: str) -> None:
@@ -272,7 +265,7 @@ def _write_latest(root: Path, name: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, root / "LATEST")
-    _fsync_dir(root)
+    sync_dir(root)
 
 
 def _prune(root: Path, step: int, keep: int | None) -> None:

@@ -221,20 +221,52 @@ class Learner:
         if batch is None or tokens == 0:
             self.optimizer.zero_grad(set_to_none=True)
             return self._stats(sums, batch, groups, dropped, stale, 0.0, lr, start, False)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, cfg.max_grad_norm))
+        grad_norm = self.apply_gradients("learner")
+        self._watch_gradient(grad_norm, sums.get("loss"))
+        return self._stats(sums, batch, groups, dropped, stale, grad_norm, lr, start, True)
+
+    def apply_gradients(self, who: str) -> float:
+        """Clip the accumulated gradient, take one optimiser and schedule step, clear the
+        gradient, and count the step (a new policy version); the norm before clipping. A
+        non-finite norm takes no step and raises FloatingPointError naming `who`."""
+        grad_norm = float(
+            torch.nn.utils.clip_grad_norm_(self.parameters, self.config.max_grad_norm)
+        )
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(
-                f"learner: gradient norm is {grad_norm} at update {self.steps}; no step taken. "
-                "Lower lr, or use dtype float32"
+                f"{who}: gradient norm is {grad_norm} at update {self.steps}; no step taken. "
+                "Lower the learning rate, or use dtype float32"
             )
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.steps += 1
         self.version += 1
-        self._watch_gradient(grad_norm, sums.get("loss"))
-        return self._stats(sums, batch, groups, dropped, stale, grad_norm, lr, start, True)
+        return grad_norm
+
+    def forward_logits(
+        self, model: Any, input_ids: Tensor, attention_mask: Tensor, keep: Tensor | None = None
+    ) -> Tensor:
+        """Logits [B, K, V] of `model` (the learner's, or the reference) at positions `keep`
+        (default: every position but the last, K=T-1), under the configured autocast. The LM
+        head runs only there where the model takes `logits_to_keep` (with a 50k vocabulary,
+        projecting every prompt token is a large share of a small model's step)."""
+        device = next(model.parameters()).device
+        kwargs: dict[str, Any] = {}
+        if keep is not None and _takes_logits_to_keep(model):
+            kwargs["logits_to_keep"] = keep.to(device)
+        with self._autocast():
+            out = model(
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                use_cache=False,
+                **kwargs,
+            )
+        if kwargs:
+            return out.logits  # type: ignore[no-any-return]
+        logits: Tensor = out.logits[:, :-1]
+        return logits if keep is None else logits[:, keep.to(device)]
 
     def backward(self, groups: Sequence[Group]) -> tuple[_Sums, TrainBatch | None, int]:
         """Accumulate the loss gradient of `groups` into the parameters' `.grad` (no step): the
@@ -426,24 +458,7 @@ class Learner:
         return contextlib.nullcontext()
 
     def _logits(self, model: Any, mb: MicroBatch, keep: Tensor | None = None) -> Tensor:
-        """Logits [B, K, V] at positions `keep` (default: every position but the last, K=T-1):
-        the LM head runs only there where the model takes `logits_to_keep` (with a 50k
-        vocabulary, projecting every prompt token is a large share of a small model's step)."""
-        device = next(model.parameters()).device
-        kwargs: dict[str, Any] = {}
-        if keep is not None and _takes_logits_to_keep(model):
-            kwargs["logits_to_keep"] = keep.to(device)
-        with self._autocast():
-            out = model(
-                input_ids=mb.input_ids.to(device),
-                attention_mask=mb.attention_mask.to(device),
-                use_cache=False,
-                **kwargs,
-            )
-        if kwargs:
-            return out.logits  # type: ignore[no-any-return]
-        logits: Tensor = out.logits[:, :-1]
-        return logits if keep is None else logits[:, keep.to(device)]
+        return self.forward_logits(model, mb.input_ids, mb.attention_mask, keep)
 
     def _token_logprobs(self, model: Any, mb: MicroBatch, mask: Tensor | None = None) -> Tensor:
         """Logprobs [B, T-1] of each target; positions no row trains on (mask all 0 there) are

@@ -85,11 +85,14 @@ class EvalPoint(StrictModel):
     step: int  # updates done when it was measured
     phase: str
     set: str
-    success: float | None  # None when no episode could be judged
+    success: float | None  # end to end; None when no episode could be judged
     passed: int
     total: int
     infra_failed: int
     seconds: float
+    well_formed: float | None = None  # single step: share of well-formed actions
+    mean_steps: float | None = None  # trajectory: steps per episode
+    recovery: float | None = None  # trajectory: share of episodes with an error that succeeded
 
 
 class Forgetting(StrictModel):
@@ -346,15 +349,6 @@ class Trainer:
                 on_episode=_EvalProgress(name, total),
             )
             e2e = report.end_to_end
-            log.info(
-                "eval %s (%s): success %s (%d/%d) in %.0f s",
-                name,
-                phase,
-                "n/a" if e2e.success_rate is None else f"{100 * e2e.success_rate:.0f}%",
-                e2e.passed,
-                e2e.total,
-                report.elapsed_s,
-            )
             point = EvalPoint(
                 step=self.state.step,
                 phase=phase,
@@ -364,6 +358,21 @@ class Trainer:
                 total=e2e.total,
                 infra_failed=e2e.infra_failed,
                 seconds=report.elapsed_s,
+                well_formed=report.single_step.well_formed_rate,
+                mean_steps=report.trajectory.mean_steps,
+                recovery=report.trajectory.recovery_rate,
+            )
+            log.info(
+                "eval %s (%s): success %s (%d/%d), well-formed actions %s, %.1f steps per "
+                "episode, in %.0f s",
+                name,
+                phase,
+                _percent(e2e.success_rate),
+                e2e.passed,
+                e2e.total,
+                _percent(point.well_formed),
+                point.mean_steps or 0.0,
+                report.elapsed_s,
             )
             points.append(point)
             self.state.evals.append(point)
@@ -573,6 +582,10 @@ class Trainer:
             r.sync_s,
             eta / 60,
         )
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
 def result_json(result: TrainResult) -> dict[str, Any]:

@@ -52,8 +52,6 @@ short; the learner's save/load apply to it), evaluation during SFT, multi-GPU.
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import json
 import logging
 import math
@@ -463,13 +461,6 @@ def _micro_batches(batch: Sequence[SftSequence], pad_id: int, budget: int) -> li
     return out
 
 
-def _autocast(learner: Learner) -> contextlib.AbstractContextManager[Any]:
-    if learner.config.dtype == "bfloat16":
-        device = next(learner.model.parameters()).device.type
-        return torch.autocast(device_type=device, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 def _assistant_logits(learner: Learner, mb: _Micro) -> tuple[Tensor, Tensor]:
     """Logits [N, V] (float32) at the positions that predict an assistant token, and those
     tokens [N]. The LM head runs only at positions some row needs (`logits_to_keep`, where the
@@ -478,24 +469,9 @@ def _assistant_logits(learner: Learner, mb: _Micro) -> tuple[Tensor, Tensor]:
     device = next(learner.model.parameters()).device
     targets = mb.targets.to(device)
     keep = targets.any(0).nonzero().squeeze(-1)  # positions t whose target t + 1 is trained
-    kwargs: dict[str, Any] = {}
-    if _takes_logits_to_keep(learner.model):
-        kwargs["logits_to_keep"] = keep
-    with _autocast(learner):
-        out = learner.model(
-            input_ids=mb.input_ids.to(device),
-            attention_mask=mb.attention_mask.to(device),
-            use_cache=False,
-            **kwargs,
-        )
-    logits: Tensor = out.logits if kwargs else out.logits[:, keep]
+    logits = learner.forward_logits(learner.model, mb.input_ids, mb.attention_mask, keep)
     ids = mb.input_ids.to(device)
     return logits[targets[:, keep]].float(), ids[:, keep + 1][targets[:, keep]]
-
-
-def _takes_logits_to_keep(model: Any) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 def sft_update(learner: Learner, batch: Sequence[SftSequence]) -> SftStats:
@@ -518,18 +494,7 @@ def sft_update(learner: Learner, batch: Sequence[SftSequence]) -> SftStats:
             total += float(loss.detach())
     finally:
         learner.model.eval()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(learner.parameters, cfg.max_grad_norm))
-    if not math.isfinite(grad_norm):
-        learner.optimizer.zero_grad(set_to_none=True)
-        raise FloatingPointError(
-            f"sft: gradient norm is {grad_norm} at step {learner.steps}; no step taken. Lower "
-            "learner.lr, or use learner.dtype float32"
-        )
-    learner.optimizer.step()
-    learner.scheduler.step()
-    learner.optimizer.zero_grad(set_to_none=True)
-    learner.steps += 1
-    learner.version += 1
+    grad_norm = learner.apply_gradients("sft")
     return SftStats(
         version=learner.version,
         loss=total,
