@@ -44,6 +44,7 @@ class MicroBatch:
     behaviour_logprobs: Tensor  # [B, T-1] float32: the engine's logprob of that target
     versions: Tensor  # [B, T-1] long: policy version of that target, -1 off the mask
     rows: Tensor  # [B] long: each row's index in TrainBatch.rewards
+    prefix_len: int = 0  # leading tokens every row shares and no row trains on (0: none)
 
     @property
     def tokens(self) -> int:
@@ -145,6 +146,7 @@ def _micro_batch(rows: list[int], trajectories: Sequence[Trajectory], pad_id: in
         versions[r, :n] = torch.tensor(t.versions, dtype=torch.long)
     mask[:, 0] = False  # the first token is never predicted
     return MicroBatch(
+        prefix_len=_shared_prefix(ids, attention, mask),
         input_ids=ids,
         attention_mask=attention,
         loss_mask=mask[:, 1:],
@@ -196,8 +198,25 @@ def turn_rewards(trajectories: Sequence[Trajectory], components: Sequence[str]) 
     return TurnRewards(rewards, mask, token_turns)
 
 
+def _shared_prefix(ids: Tensor, attention: Tensor, mask: Tensor) -> int:
+    """How many leading tokens all rows share and precede every trained target, leaving at least
+    the position that predicts the first trained token to the rest (0 for a single row)."""
+    if ids.shape[0] < 2:
+        return 0
+    lengths = attention.sum(1)
+    same = (ids == ids[:1]).all(0) & (torch.arange(ids.shape[1]) < lengths.min())
+    common = int(same.long().cumprod(0).sum())
+    trained = mask.any(0).nonzero()
+    first = int(trained[0]) if len(trained) else ids.shape[1]
+    return max(0, min(common, first - 1))
+
+
 def batch_from_groups(
-    groups: Sequence[Group], pad_id: int, *, micro_batch_tokens: int = 4096
+    groups: Sequence[Group],
+    pad_id: int,
+    *,
+    micro_batch_tokens: int = 4096,
+    by_prompt: bool = False,
 ) -> TrainBatch:
     """The trainable trajectories of `groups` as a `TrainBatch` (see the module docstring)."""
     trajectories: list[Trajectory] = []
@@ -211,19 +230,34 @@ def batch_from_groups(
     return TrainBatch(
         rewards=rewards,
         group_ids=torch.tensor(group_ids, dtype=torch.long),
-        micro_batches=micro_batches(trajectories, pad_id, micro_batch_tokens=micro_batch_tokens),
+        micro_batches=micro_batches(
+            trajectories, pad_id, micro_batch_tokens=micro_batch_tokens, by_prompt=by_prompt
+        ),
         trajectories=trajectories,
     )
 
 
 def micro_batches(
-    trajectories: Sequence[Trajectory], pad_id: int, *, micro_batch_tokens: int = 4096
+    trajectories: Sequence[Trajectory],
+    pad_id: int,
+    *,
+    micro_batch_tokens: int = 4096,
+    by_prompt: bool = False,
 ) -> list[MicroBatch]:
     """`trajectories` (all of them, rewards not needed) packed into micro-batches; a row's
-    `rows` entry is its index in `trajectories`."""
+    `rows` entry is its index in `trajectories`. `by_prompt`: rows with the same first prompt
+    (a group's samples) are packed together and apart from the others, so that each
+    micro-batch's shared prefix is the whole prompt (`MicroBatch.prefix_len`)."""
     if micro_batch_tokens < 1:
         raise ValueError(f"micro_batch_tokens {micro_batch_tokens}: must be at least 1")
     for t in trajectories:
         _check(t)
-    packs = pack([len(t.token_ids) for t in trajectories], micro_batch_tokens)
-    return [_micro_batch(rows, trajectories, pad_id) for rows in packs]
+    buckets: dict[tuple[int, ...], list[int]] = {}
+    for i, t in enumerate(trajectories):
+        key = tuple(t.token_ids[: t.prompt_len]) if by_prompt else ()
+        buckets.setdefault(key, []).append(i)
+    out: list[MicroBatch] = []
+    for rows in buckets.values():
+        packs = pack([len(trajectories[i].token_ids) for i in rows], micro_batch_tokens)
+        out.extend(_micro_batch([rows[j] for j in p], trajectories, pad_id) for p in packs)
+    return out

@@ -101,6 +101,11 @@ class LearnerConfig(StrictModel):
         description="Temperature the logprobs are scored at: must equal the sampling temperature "
         "(0 is greedy and scored at 1, as the engine does).",
     )
+    shared_prefix: bool = Field(
+        True,
+        description="Run the prompt prefix a micro-batch's rows share once (exact; a group's n "
+        "samples of one prompt cost it once).",
+    )
     lora: LoraSettings | None = Field(None, description="A LoRA adapter; None trains every weight.")
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32",

@@ -246,27 +246,66 @@ class Learner:
         return grad_norm
 
     def forward_logits(
-        self, model: Any, input_ids: Tensor, attention_mask: Tensor, keep: Tensor | None = None
+        self,
+        model: Any,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        keep: Tensor | None = None,
+        prefix_len: int = 0,
     ) -> Tensor:
         """Logits [B, K, V] of `model` (the learner's, or the reference) at positions `keep`
         (default: every position but the last, K=T-1), under the configured autocast. The LM
         head runs only there where the model takes `logits_to_keep` (with a 50k vocabulary,
-        projecting every prompt token is a large share of a small model's step)."""
+        projecting every prompt token is a large share of a small model's step).
+
+        `prefix_len` P > 0 (every row shares its first P tokens, and `keep` starts at P or
+        later): the prefix is run once, its key/value cache repeated for every row, and only
+        the rest of each row is run on top of it. Exact — the same attention over the same keys
+        and values; gradients reach the prefix's computation through the repeated cache — and a
+        GRPO group's n samples of one prompt cost the prompt once instead of n times."""
         device = next(model.parameters()).device
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        use_prefix = (
+            prefix_len > 0
+            and keep is not None
+            and len(keep) > 0
+            and int(keep[0]) >= prefix_len
+            and self.config.shared_prefix
+        )
         kwargs: dict[str, Any] = {}
         if keep is not None and _takes_logits_to_keep(model):
-            kwargs["logits_to_keep"] = keep.to(device)
+            kwargs["logits_to_keep"] = (keep - (prefix_len if use_prefix else 0)).to(device)
         with self._autocast():
-            out = model(
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                use_cache=False,
-                **kwargs,
-            )
+            if use_prefix:
+                rows, width = input_ids.shape
+                prefix = model(
+                    input_ids=input_ids[:1, :prefix_len],
+                    attention_mask=attention_mask[:1, :prefix_len],
+                    use_cache=True,
+                    **({"logits_to_keep": 1} if "logits_to_keep" in kwargs else {}),
+                )
+                cache = prefix.past_key_values
+                cache.batch_repeat_interleave(rows)
+                positions = torch.arange(prefix_len, width, device=device).expand(rows, -1)
+                out = model(
+                    input_ids=input_ids[:, prefix_len:],
+                    attention_mask=attention_mask,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
+                    **kwargs,
+                )
+            else:
+                out = model(
+                    input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs
+                )
         if kwargs:
             return out.logits  # type: ignore[no-any-return]
-        logits: Tensor = out.logits[:, :-1]
-        return logits if keep is None else logits[:, keep.to(device)]
+        shift = prefix_len if use_prefix else 0
+        logits: Tensor = out.logits[:, : width - 1 - shift] if use_prefix else out.logits[:, :-1]
+        if keep is None:
+            return logits
+        return logits[:, (keep - shift).to(device)]
 
     def backward(self, groups: Sequence[Group]) -> tuple[_Sums, TrainBatch | None, int]:
         """Accumulate the loss gradient of `groups` into the parameters' `.grad` (no step): the
@@ -276,7 +315,12 @@ class Learner:
         sums = _Sums()
         if not any(trainable(t) for g in groups for t in g.trajectories):
             return sums, None, 0
-        batch = batch_from_groups(groups, self.pad_id, micro_batch_tokens=cfg.micro_batch_tokens)
+        batch = batch_from_groups(
+            groups,
+            self.pad_id,
+            micro_batch_tokens=cfg.micro_batch_tokens,
+            by_prompt=cfg.shared_prefix,
+        )
         adv = advantages(cfg.advantage, batch.rewards, batch.group_ids)
         if cfg.process_weight > 0:
             turns = turn_rewards(batch.trajectories, cfg.process_components)
@@ -311,7 +355,10 @@ class Learner:
         with token_ids like Trajectory.logprobs (0.0 where loss_mask is 0 and at position 0)."""
         out: list[list[float]] = [[] for _ in trajectories]
         packed = micro_batches(
-            trajectories, self.pad_id, micro_batch_tokens=self.config.micro_batch_tokens
+            trajectories,
+            self.pad_id,
+            micro_batch_tokens=self.config.micro_batch_tokens,
+            by_prompt=self.config.shared_prefix,
         )
         for mb in packed:
             logp = self._token_logprobs(self.model, mb).cpu()
@@ -458,7 +505,7 @@ class Learner:
         return contextlib.nullcontext()
 
     def _logits(self, model: Any, mb: MicroBatch, keep: Tensor | None = None) -> Tensor:
-        return self.forward_logits(model, mb.input_ids, mb.attention_mask, keep)
+        return self.forward_logits(model, mb.input_ids, mb.attention_mask, keep, mb.prefix_len)
 
     def _token_logprobs(self, model: Any, mb: MicroBatch, mask: Tensor | None = None) -> Tensor:
         """Logprobs [B, T-1] of each target; positions no row trains on (mask all 0 there) are

@@ -96,7 +96,9 @@ def test_micro_batched_gradient_equals_one_batch(
     groups = groups_of(trajs)
     grads = []
     for budget in (10_000, 16):
-        config = LearnerConfig(micro_batch_tokens=budget, aggregation=aggregation, kl_coef=0.1)
+        config = LearnerConfig(
+            micro_batch_tokens=budget, aggregation=aggregation, kl_coef=0.1, shared_prefix=False
+        )  # packing alone (the shared prefix has its own test)
         learner = Learner(tiny_model_dir, config)
         _, batch, _ = learner.backward(groups)
         assert batch is not None
