@@ -284,15 +284,16 @@ class Learner:
                     use_cache=True,
                     **({"logits_to_keep": 1} if "logits_to_keep" in kwargs else {}),
                 )
-                cache = prefix.past_key_values
+                name = _cache_arg(model)  # transformers 5 renamed past_key_values to cache
+                cache = getattr(prefix, name)
                 cache.batch_repeat_interleave(rows)
                 positions = torch.arange(prefix_len, width, device=device).expand(rows, -1)
                 out = model(
                     input_ids=input_ids[:, prefix_len:],
                     attention_mask=attention_mask,
                     position_ids=positions,
-                    past_key_values=cache,
                     use_cache=True,
+                    **{name: cache},
                     **kwargs,
                 )
             else:
@@ -753,6 +754,11 @@ def _spread(values: Tensor, keep: Tensor, shape: torch.Size) -> Tensor:
     out = values.new_zeros(shape)
     out[:, keep.to(values.device)] = values
     return out
+
+
+def _cache_arg(model: Any) -> str:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def _takes_logits_to_keep(model: Any) -> bool:
