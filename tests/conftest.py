@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from honing.rollout.models import load_tokenizer, resolve_model
 from honing.sandbox import SandboxConfig, SandboxPool
@@ -40,6 +41,16 @@ def config(**overrides: object) -> SandboxConfig:
 @pytest.fixture
 async def pool() -> AsyncIterator[SandboxPool]:
     """A started two-cell bubblewrap pool, closed after the test."""
+    if _bwrap_missing():
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    async with SandboxPool(config()) as p:
+        yield p
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def module_pool() -> AsyncIterator[SandboxPool]:
+    """A two-cell pool (10 s limit) shared by a whole test module; the module's tests and
+    fixtures that use it run on the module's event loop (loop_scope="module")."""
     if _bwrap_missing():
         pytest.skip("bubblewrap (bwrap) is not installed")
     async with SandboxPool(config()) as p:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -13,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
 from honing.envs.base import Action, EnvConfig, FailureReason, Observation, StepInfo, StepResult
 from honing.envs.registry import make_env
@@ -22,7 +20,7 @@ from honing.rollout.chat import ChatFormat, first_messages, observation_messages
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
-from honing.sandbox import SandboxConfig, SandboxPool
+from honing.sandbox import SandboxPool
 from honing.store.records import Ending, Trajectory
 from honing.tasks.load import AnyTask, load_tasks
 
@@ -40,12 +38,9 @@ def tok(tiny_model_dir: Path) -> Any:
     return load_tokenizer(tiny_model_dir)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def pool() -> AsyncIterator[SandboxPool]:
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed")
-    async with SandboxPool(SandboxConfig(pool_size=2, timeout_s=10.0)) as p:
-        yield p
+@pytest.fixture(scope="module")
+def pool(module_pool: SandboxPool) -> SandboxPool:
+    return module_pool
 
 
 @pytest.fixture(scope="module")

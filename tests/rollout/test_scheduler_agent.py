@@ -5,11 +5,8 @@ the policy versions the engine stamps reach the scheduler's staleness check."""
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 
 from honing.envs.base import EnvConfig
 from honing.envs.registry import make_env
@@ -17,7 +14,7 @@ from honing.rollout.agent import AgentConfig, Gate, run_episode
 from honing.rollout.engines.base import Prompt, SamplingParams, WeightUpdate
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.scheduler import EpisodeRunner, Scheduler, SchedulerConfig
-from honing.sandbox import SandboxConfig, SandboxPool
+from honing.sandbox import SandboxPool
 from honing.store.records import Ending, Trajectory
 from honing.tasks.load import AnyTask, load_tasks
 
@@ -40,12 +37,9 @@ def runner(engine: ScriptedEngine, pool: SandboxPool) -> EpisodeRunner:
     return run
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def pool() -> AsyncIterator[SandboxPool]:
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed")
-    async with SandboxPool(SandboxConfig(pool_size=2, timeout_s=10.0)) as p:
-        yield p
+@pytest.fixture(scope="module")
+def pool(module_pool: SandboxPool) -> SandboxPool:
+    return module_pool
 
 
 async def test_engine_failures_in_the_agent_loop_are_retried_and_recorded(

@@ -4,8 +4,6 @@ actions, reaches outcome 1 with exactly the token ids and loss mask SFT gives th
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ from honing.rollout.chat import ChatFormat
 from honing.rollout.engines.base import SamplingParams
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
-from honing.sandbox import SandboxConfig, SandboxPool
+from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import MathTask
 from honing.tasks.synthetic import generate_code_tasks, generate_math_tasks, generate_tools_tasks
@@ -46,12 +44,9 @@ TOOL_ROLE_TEMPLATE = (
 )
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def pool() -> AsyncIterator[SandboxPool]:
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed")
-    async with SandboxPool(SandboxConfig(pool_size=2, timeout_s=10.0)) as p:
-        yield p
+@pytest.fixture(scope="module")
+def pool(module_pool: SandboxPool) -> SandboxPool:
+    return module_pool
 
 
 def test_every_synthetic_math_task_gets_the_expression_of_its_answer() -> None:
