@@ -725,6 +725,7 @@ def train_command(
 
     _log_to_stderr()
     items = list(overrides or [])
+    cfg: TrainConfig | None = None
     try:
         if resume is not None:
             if config is not None:  # `honing train --resume RUN k=v`: the first item is an override
@@ -745,7 +746,8 @@ def train_command(
     except HoningError as exc:
         raise _fail(str(exc)) from exc
     except KeyboardInterrupt:
-        err.print(f"interrupted: continue with honing train --resume {cfg.out}", highlight=False)
+        where = "RUN_DIR" if cfg is None else cfg.out
+        err.print(f"interrupted: continue with honing train --resume {where}", highlight=False)
         raise typer.Exit(130) from None
     for event in result.forgetting:
         fell = f"{100 * event.best:.0f}% to {100 * event.now:.0f}%"
