@@ -9,25 +9,35 @@ STAMP := $(VENV)/.setup-done
 TORCH := torch==2.13.0
 BFCL := bfcl-eval==2026.3.23
 
-.PHONY: setup system-deps quickstart test lint bench clean
+.PHONY: setup system-deps test-deps quickstart test lint bench clean
 
 setup: system-deps $(STAMP)
 
-system-deps:
-	@if ! command -v bwrap >/dev/null 2>&1; then \
+# apt_install CMD PKG: install Debian package PKG when command CMD is missing (root + apt-get).
+define apt_install
+	@if ! command -v $(1) >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing bubblewrap (apt-get)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
+	    echo "installing $(2) (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2); \
 	  else \
-	    echo "bubblewrap is required: sudo apt-get install bubblewrap (or your distro's package)"; \
+	    echo "$(2) is required: sudo apt-get install $(2) (or your distro's package)"; \
 	    exit 1; \
 	  fi; \
 	fi
+endef
+
+# bubblewrap isolates the sandboxes.
+system-deps:
+	$(call apt_install,bwrap,bubblewrap)
+
+# The tests open `honing report`'s HTML page in headless Chromium.
+test-deps:
+	$(call apt_install,chromium,chromium)
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,ray,bench]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,ray,bench,export]'
 	@# Only bfcl-eval's data files are read; its pinned, heavy dependencies are not wanted.
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(BFCL)
 	@touch $(STAMP)
@@ -41,7 +51,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check honing tests benchmarks
 	$(VENV)/bin/mypy
 
-test: setup lint
+test: setup test-deps lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: setup
