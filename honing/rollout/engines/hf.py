@@ -55,6 +55,12 @@ concerned (a failed step fails the sequences it held; the loop goes on). `close(
 thread; sequences still in flight are answered with what they have and finish ABORT. Cancelling
 a `generate` call frees its slots at the next step.
 
+**Streaming.** `generate(..., on_token=callback)` calls `callback(i, token_id, logprob, logits)`
+on the decode thread for every token sampled for prompt `i`, as it is sampled (before the
+sequence's future resolves): `logits` is the row it was sampled from (before temperature), for
+top-logprobs. The callback must be quick and must not block (hand the values to another thread,
+e.g. `loop.call_soon_threadsafe`); if it raises, that sequence fails with EngineError.
+
 Not covered: LoRA adapters (merge first), prefix caching on the generic path, tensor
 parallelism, speculative decoding, quantised weights.
 """
@@ -66,7 +72,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,6 +127,11 @@ class _Seq:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     finish: FinishReason | None = None
+    on_token: Callable[[int, float, torch.Tensor], None] | None = None
+
+
+TokenCallback = Callable[[int, int, float, torch.Tensor], None]
+"""`(prompt index, token id, logprob, logits row)`, called as each token is sampled."""
 
 
 @dataclass
@@ -136,6 +147,11 @@ class EngineStats:
     """Of those, tokens whose KV came from the prefix cache."""
     prefix_hits: int = 0
     """Sequences admitted with at least one cached token."""
+    decode_steps: int = 0
+    """Batched decode steps run."""
+    peak_batch: int = 0
+    """The most sequences advanced together in one decode step (continuous batching at work
+    when above 1)."""
 
 
 @dataclass(eq=False)
@@ -338,9 +354,18 @@ class HFEngine:
         return self._tokenizer
 
     async def generate(
-        self, prompts: Sequence[Prompt], sampling: SamplingParams
+        self,
+        prompts: Sequence[Prompt],
+        sampling: SamplingParams,
+        *,
+        on_token: TokenCallback | None = None,
     ) -> list[Generation]:
+        """One generation per prompt, in order; `on_token` streams the tokens as they are
+        sampled (see the module docstring)."""
         seqs = [self._sequence(p, sampling) for p in prompts]
+        if on_token is not None:
+            for i, seq in enumerate(seqs):
+                seq.on_token = _bind(on_token, i)
         with self._lock:
             if self._closed:
                 raise EngineError("the hf engine is closed")
@@ -519,6 +544,9 @@ class HFEngine:
     def _step(self) -> None:
         tokens = [s.tokens[-1] for s in self._active]
         positions = [len(s.prompt) + len(s.tokens) - 1 for s in self._active]
+        stats = self.stats
+        stats.decode_steps += 1
+        stats.peak_batch = max(stats.peak_batch, len(self._active))
         try:
             logits = self._decoder.decode(tokens, positions)
             self._sample_and_retire(logits, 0)
@@ -532,10 +560,17 @@ class HFEngine:
         seqs = self._active[first:]
         chosen, logprobs = _sample(logits, seqs)
         version = self._version
-        for seq, token, logprob in zip(seqs, chosen, logprobs, strict=True):
+        for row, (seq, token, logprob) in enumerate(zip(seqs, chosen, logprobs, strict=True)):
             seq.tokens.append(token)
             seq.logprobs.append(logprob)
             seq.versions.append(version)
+            if seq.on_token is not None:
+                try:
+                    seq.on_token(token, logprob, logits[row])
+                except Exception as exc:  # the listener's fault: this sequence fails, not the batch
+                    if not seq.future.done():
+                        seq.future.set_exception(EngineError(f"on_token callback: {exc!r}"))
+                    continue
             if token in self.eos_ids or self._hit_stop(seq):
                 seq.finish = FinishReason.STOP
             elif len(seq.tokens) >= seq.budget:
@@ -659,6 +694,10 @@ def _sample(logits: torch.Tensor, seqs: list[_Seq]) -> tuple[list[int], list[flo
     greedy = torch.tensor([t == 0 for t in temps], device=device)
     chosen = torch.where(greedy, logits.argmax(-1), sampled)
     return chosen.tolist(), logp.gather(1, chosen[:, None])[:, 0].tolist()
+
+
+def _bind(callback: TokenCallback, index: int) -> Callable[[int, float, torch.Tensor], None]:
+    return lambda token, logprob, logits: callback(index, token, logprob, logits)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
