@@ -11,7 +11,9 @@
     ├── WorkerLost                   a remote worker (a Ray actor) died mid-call; retry elsewhere
     ├── DeadlineExceeded             a rollout deadline (setup, step, scoring, episode) passed
     ├── StoreError                   a trajectory store is missing, corrupted, or was asked bad SQL
-    └── CheckpointError              a checkpoint is missing, incomplete, corrupt, or does not fit
+    ├── CheckpointError              a checkpoint is missing, incomplete, corrupt, or does not fit
+    ├── ExportError                  a run cannot be exported as asked; the message says why
+    └── EventLogError                a run's event log has a corrupt line (the message names it)
 
 `SandboxError`, `EngineError` and `WorkerLost` are *infrastructure* failures: the scheduler may
 retry them, and they are never turned into a reward. A program that fails inside the sandbox is
@@ -79,4 +81,15 @@ class StoreError(HoningError):
 class CheckpointError(HoningError):
     """A training checkpoint is missing, incomplete or corrupt, or was saved with a learner config
     that differs from the one loading it; the message names the file or the differing keys and
+    what to do."""
+
+
+class EventLogError(HoningError):
+    """A run's event log (`events.jsonl`) has a corrupt line before its last; the message names
+    FILE:LINE."""
+
+
+class ExportError(HoningError):
+    """A run cannot be exported as asked (`honing export`): not a run directory, no checkpoint
+    yet, an output directory that is not empty, an option that does not apply; the message says
     what to do."""

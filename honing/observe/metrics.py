@@ -1,0 +1,211 @@
+"""What one update's trajectories say, as numbers: pure functions from records to metrics.
+
+    m = update_metrics(trajectories, learner_version=3, learner=stats_dict,
+                       timings=Timings(rollout_s=12.0, update_s=3.0, sync_s=0.2))
+    m.scalars["train/success/domain/math"], m.histograms["reward/all"]
+    episode_fields(trajectory, split="train", set="math", staleness=0)   # an `episode` event
+
+Scalar names ("/"-separated, per update step):
+
+    train/success, train/reward                      means over the update's episodes
+    train/success/domain/<d>, train/success/tag/<t>, train/reward/domain/<d>
+    train/reward/component/<c>                       mean over the episodes that have <c>
+    train/failures/<reason>                          episodes that ended for <reason> (count)
+    retries/<stage>                                  retried attempts by stage (count)
+    staleness/mean, staleness/max                    policy versions behind (episodes with tokens)
+    time/rollout_s, time/update_s, time/sync_s       the update's phases
+    time/generation_per_sample_s                     mean generation seconds per episode
+    time/env_step_s                                  mean seconds per environment step
+    time/tool/<tool>_s                               mean seconds per step that called <tool>
+    time/queue_wait_s                                mean wait for engine/sandbox slots per episode
+    throughput/tokens_per_s, throughput/episodes_per_s   model tokens (episodes) / rollout_s
+    learner/<stat>                                   every numeric learner stat
+    sandbox/busy_fraction                            when a pool utilisation is given
+
+Histograms: reward/all, reward/domain/<d>, reward/component/<c>, staleness.
+
+An episode's failure reason is `Trajectory.failure` (the environments' `FailureReason` value, a
+deadline stage, or `infra:<stage>`); an unsuccessful episode without one counts under its ending
+(`step_limit`, `stopped`, `context_limit`…). Successful episodes have none.
+
+Not covered: where the numbers go (`honing.observe.sinks`), the event log (`honing.observe.events`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from honing.store.records import Ending, Trajectory
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Wall seconds of one update's phases."""
+
+    rollout_s: float
+    update_s: float
+    sync_s: float
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """One step's scalars and histograms (raw values; the sink bins them)."""
+
+    scalars: dict[str, float] = field(default_factory=dict)
+    histograms: dict[str, list[float]] = field(default_factory=dict)
+
+
+def failure_reason(trajectory: Trajectory) -> str | None:
+    """Why an episode failed: its failure, else its ending; None when it succeeded."""
+    if trajectory.success:
+        return None
+    if trajectory.failure:
+        return trajectory.failure
+    if trajectory.ending is Ending.DONE:
+        return "unsolved"  # judged, not solved, no failure named (a wrong final answer)
+    return trajectory.ending.value
+
+
+def staleness(trajectory: Trajectory, learner_version: int) -> int | None:
+    """Policy versions between the tokens and the learner that trains on them (None: the episode
+    generated nothing)."""
+    if trajectory.policy_version < 0:
+        return None
+    return learner_version - trajectory.policy_version
+
+
+def staleness_counts(values: Iterable[int | None]) -> dict[str, int]:
+    """`{"<lag>": count}` of the known values, in lag order (the `update` event's field)."""
+    counts = Counter(v for v in values if v is not None)
+    return {str(lag): counts[lag] for lag in sorted(counts)}
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _by(trajectories: Iterable[Trajectory], keys: Any) -> dict[str, list[Trajectory]]:
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        for key in keys(t):
+            groups[key].append(t)
+    return dict(sorted(groups.items()))
+
+
+def update_metrics(
+    trajectories: Sequence[Trajectory],
+    *,
+    learner_version: int,
+    learner: Mapping[str, float | int | bool],
+    timings: Timings,
+    busy_fraction: float | None = None,
+) -> Metrics:
+    """The scalars and histograms of one update (see the module docstring for the names).
+    `learner_version`: the learner's version when it trained on them (for staleness)."""
+    s: dict[str, float] = {}
+    h: dict[str, list[float]] = {}
+    if trajectories:
+        s["train/success"] = _mean([float(t.success) for t in trajectories])
+        s["train/reward"] = _mean([t.reward for t in trajectories])
+        h["reward/all"] = [t.reward for t in trajectories]
+    for domain, group in _by(trajectories, lambda t: [t.domain]).items():
+        s[f"train/success/domain/{domain}"] = _mean([float(t.success) for t in group])
+        s[f"train/reward/domain/{domain}"] = _mean([t.reward for t in group])
+        h[f"reward/domain/{domain}"] = [t.reward for t in group]
+    for tag, group in _by(trajectories, lambda t: t.tags).items():
+        s[f"train/success/tag/{tag}"] = _mean([float(t.success) for t in group])
+    components: dict[str, list[float]] = defaultdict(list)
+    for t in trajectories:
+        for name, value in t.components.items():
+            components[name].append(value)
+    for name, values in sorted(components.items()):
+        s[f"train/reward/component/{name}"] = _mean(values)
+        h[f"reward/component/{name}"] = values
+    reasons = Counter(r for r in map(failure_reason, trajectories) if r is not None)
+    for reason, count in sorted(reasons.items()):
+        s[f"train/failures/{reason}"] = float(count)
+    retries = Counter(r.stage for t in trajectories for r in t.retries)
+    for stage, count in sorted(retries.items()):
+        s[f"retries/{stage}"] = float(count)
+    lags = [v for v in (staleness(t, learner_version) for t in trajectories) if v is not None]
+    if lags:
+        s["staleness/mean"] = _mean([float(v) for v in lags])
+        s["staleness/max"] = float(max(lags))
+        h["staleness"] = [float(v) for v in lags]
+    s["time/rollout_s"] = timings.rollout_s
+    s["time/update_s"] = timings.update_s
+    s["time/sync_s"] = timings.sync_s
+    if trajectories:
+        s["time/generation_per_sample_s"] = _mean([t.generation_s for t in trajectories])
+        s["time/queue_wait_s"] = _mean([t.queue_s for t in trajectories])
+    steps = [turn for t in trajectories for turn in t.turns if turn.role == "tool"]
+    if steps:
+        s["time/env_step_s"] = _mean([turn.step_s for turn in steps])
+    tools: dict[str, list[float]] = defaultdict(list)
+    for turn in steps:
+        for tool, seconds in turn.tool_s.items():
+            tools[tool].append(seconds)
+    for tool, values in sorted(tools.items()):
+        s[f"time/tool/{tool}_s"] = _mean(values)
+    if timings.rollout_s > 0:
+        tokens = sum(t.model_tokens for t in trajectories)
+        s["throughput/tokens_per_s"] = tokens / timings.rollout_s
+        s["throughput/episodes_per_s"] = len(trajectories) / timings.rollout_s
+    for name, value in learner.items():
+        if isinstance(value, int | float):  # bools too, as 0/1
+            s[f"learner/{name}"] = float(value)
+    if busy_fraction is not None:
+        s["sandbox/busy_fraction"] = busy_fraction
+    return Metrics(scalars=s, histograms=h)
+
+
+def eval_scalars(
+    set_name: str, success: float | None, well_formed: float | None
+) -> dict[str, float]:
+    """`eval/<set>/success` and `eval/<set>/well_formed`, for the values that were measured."""
+    out = {}
+    if success is not None:
+        out[f"eval/{set_name}/success"] = success
+    if well_formed is not None:
+        out[f"eval/{set_name}/well_formed"] = well_formed
+    return out
+
+
+def episode_fields(
+    trajectory: Trajectory, *, split: str, set: str, staleness: int | None
+) -> dict[str, Any]:
+    """The fields of one `episode` event (docs/observability.md)."""
+    t = trajectory
+    tool_s: dict[str, float] = defaultdict(float)
+    for turn in t.turns:
+        for tool, seconds in turn.tool_s.items():
+            tool_s[tool] += seconds
+    return {
+        "split": split,
+        "set": set,
+        "task_id": t.task_id,
+        "domain": t.domain,
+        "tags": list(t.tags),
+        "sample": t.sample,
+        "success": t.success,
+        "reward": t.reward,
+        "components": dict(t.components),
+        "ending": t.ending.value,
+        "failure": failure_reason(t),
+        "detail": t.detail,
+        "retries": [{"stage": r.stage, "cause": r.cause} for r in t.retries],
+        "generation_s": t.generation_s,
+        "env_s": t.env_s,
+        "queue_s": t.queue_s,
+        "total_s": t.total_s,
+        "turns": sum(1 for turn in t.turns if turn.role == "assistant"),
+        "model_tokens": t.model_tokens,
+        "gen_s": [turn.generation_s for turn in t.turns if turn.role == "assistant"],
+        "step_s": [turn.step_s for turn in t.turns if turn.role == "tool"],
+        "tool_s": dict(sorted(tool_s.items())),
+        "policy_version": t.policy_version,
+        "staleness": staleness,
+    }

@@ -1,0 +1,129 @@
+"""One update's metrics from hand-built trajectories, expected values written as arithmetic."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from honing.observe.metrics import (
+    Timings,
+    episode_fields,
+    eval_scalars,
+    failure_reason,
+    staleness,
+    staleness_counts,
+    update_metrics,
+)
+from honing.store.records import Ending, Retry, Trajectory, Turn
+
+
+def traj(
+    domain: str, tags: list[str], reward: float, success: bool, *, version: int = 2,
+    tokens: int = 3, failure: str | None = None, ending: Ending = Ending.DONE,
+    steps: Sequence[tuple[float, dict[str, float]]] = (),
+    components: dict[str, float] | None = None, retries: Sequence[str] = (), generation_s: float = 1.0, queue_s: float = 0.0,
+) -> Trajectory:  # fmt: skip
+    turns = []
+    for step_s, tool_s in steps:
+        turns.append(Turn(role="assistant", text="", generation_s=generation_s / len(steps)))
+        turns.append(Turn(role="tool", text="", step_s=step_s, tool_s=tool_s))
+    return Trajectory(
+        task_id=f"{domain}-{reward}", domain=domain, tags=tags, reward=reward, success=success,
+        policy_version=version, loss_mask=[1] * tokens + [0], failure=failure, ending=ending,
+        turns=turns, components=components or {},
+        retries=[Retry(attempt=i, stage=s, cause="X", at_s=0.0) for i, s in enumerate(retries)],
+        generation_s=generation_s, queue_s=queue_s,
+    )  # fmt: skip
+
+
+def batch() -> list[Trajectory]:
+    return [
+        traj("math", ["easy"], 1.0, True, version=3, tokens=4, generation_s=2.0, queue_s=1.0,
+             steps=[(0.5, {"python": 0.4})], components={"outcome": 1.0, "well_formed": 1.0}),
+        traj("math", ["easy", "add"], 0.25, False, version=2, tokens=6, failure="tool_error",
+             steps=[(0.25, {"python": 0.2}), (1.0, {"answer": 0.1})], retries=["step"],
+             components={"outcome": 0.0, "well_formed": 0.5}),
+        traj("code", ["hard"], 0.0, False, version=3, tokens=2, ending=Ending.STEP_LIMIT,
+             generation_s=0.0, retries=["setup", "step"], components={"outcome": 0.0}),
+        traj("code", [], 0.0, False, version=-1, tokens=0, failure="infra:generate",
+             ending=Ending.INFRA_ERROR, generation_s=0.0, queue_s=3.0),
+    ]  # fmt: skip
+
+
+def test_update_metrics_by_domain_tag_component_failure_retry_and_time() -> None:
+    m = update_metrics(
+        batch(),
+        learner_version=3,
+        learner={"loss": 0.5, "kl": 0.01, "stepped": True, "tokens": 12},
+        timings=Timings(rollout_s=4.0, update_s=2.0, sync_s=0.5),
+        busy_fraction=0.75,
+    )
+    s = m.scalars
+    assert s["train/success"] == pytest.approx(1 / 4)
+    assert s["train/reward"] == pytest.approx((1.0 + 0.25 + 0 + 0) / 4)
+    assert s["train/success/domain/math"] == pytest.approx(1 / 2)
+    assert s["train/success/domain/code"] == 0.0
+    assert s["train/reward/domain/math"] == pytest.approx((1.0 + 0.25) / 2)
+    assert s["train/success/tag/easy"] == pytest.approx(1 / 2)
+    assert s["train/success/tag/add"] == 0.0
+    assert s["train/success/tag/hard"] == 0.0
+    assert s["train/reward/component/outcome"] == pytest.approx(1 / 3)  # the 3 that have it
+    assert s["train/reward/component/well_formed"] == pytest.approx((1.0 + 0.5) / 2)
+    assert s["train/failures/tool_error"] == 1
+    assert s["train/failures/step_limit"] == 1  # no failure named: its ending
+    assert s["train/failures/infra:generate"] == 1
+    assert not any(k.startswith("train/failures/") and s[k] == 0 for k in s)
+    assert s["retries/step"] == 2 and s["retries/setup"] == 1
+    # staleness 3-3, 3-2, 3-3; the one that generated nothing has none
+    assert s["staleness/mean"] == pytest.approx((0 + 1 + 0) / 3)
+    assert s["staleness/max"] == 1
+    assert m.histograms["staleness"] == [0.0, 1.0, 0.0]
+    assert (s["time/rollout_s"], s["time/update_s"], s["time/sync_s"]) == (4.0, 2.0, 0.5)
+    assert s["time/generation_per_sample_s"] == pytest.approx((2.0 + 1.0 + 0 + 0) / 4)
+    assert s["time/queue_wait_s"] == pytest.approx((1.0 + 0 + 0 + 3.0) / 4)
+    assert s["time/env_step_s"] == pytest.approx((0.5 + 0.25 + 1.0) / 3)
+    assert s["time/tool/python_s"] == pytest.approx((0.4 + 0.2) / 2)
+    assert s["time/tool/answer_s"] == pytest.approx(0.1)
+    assert s["throughput/tokens_per_s"] == pytest.approx((4 + 6 + 2 + 0) / 4.0)
+    assert s["throughput/episodes_per_s"] == pytest.approx(4 / 4.0)
+    assert s["learner/loss"] == 0.5 and s["learner/stepped"] == 1.0 and s["learner/tokens"] == 12
+    assert s["sandbox/busy_fraction"] == 0.75
+    assert m.histograms["reward/all"] == [1.0, 0.25, 0.0, 0.0]
+    assert m.histograms["reward/domain/code"] == [0.0, 0.0]
+    assert m.histograms["reward/component/well_formed"] == [1.0, 0.5]
+
+
+def test_an_empty_update_has_only_its_timings() -> None:
+    m = update_metrics([], learner_version=0, learner={}, timings=Timings(0.0, 0.0, 0.0))
+    assert m.scalars == {"time/rollout_s": 0.0, "time/update_s": 0.0, "time/sync_s": 0.0}
+    assert m.histograms == {}
+
+
+def test_failure_reason_staleness_and_counts() -> None:
+    ok, tool, limit, _ = batch()
+    assert failure_reason(ok) is None
+    assert failure_reason(tool) == "tool_error"
+    assert failure_reason(limit) == "step_limit"
+    wrong = traj("math", [], 0.0, False)
+    assert failure_reason(wrong) == "unsolved"
+    assert [staleness(t, 5) for t in batch()] == [2, 3, 2, None]
+    assert staleness_counts([2, 3, 2, None, 10]) == {"2": 2, "3": 1, "10": 1}
+
+
+def test_eval_scalars_leave_out_what_was_not_measured() -> None:
+    assert eval_scalars("add", 0.5, None) == {"eval/add/success": 0.5}
+    assert eval_scalars("add", None, 1.0) == {"eval/add/well_formed": 1.0}
+
+
+def test_episode_fields_sum_tool_time_and_list_per_turn_times() -> None:
+    t = batch()[1]
+    t.turns[1].tool_s = {"python": 0.2, "answer": 0.05}
+    f = episode_fields(t, split="train", set="add", staleness=1)
+    assert f["split"] == "train" and f["set"] == "add" and f["staleness"] == 1
+    assert f["turns"] == 2 and f["model_tokens"] == 6
+    assert f["gen_s"] == [0.5, 0.5] and f["step_s"] == [0.25, 1.0]
+    assert f["tool_s"] == {"answer": pytest.approx(0.05 + 0.1), "python": 0.2}
+    assert f["failure"] == "tool_error" and f["ending"] == "done"
+    assert f["retries"] == [{"stage": "step", "cause": "X"}]
+    assert f["tags"] == ["easy", "add"] and f["policy_version"] == 2
