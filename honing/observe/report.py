@@ -498,7 +498,7 @@ PALETTE = (
     "#76b7b2", "#edc948", "#9c755f", "#ff9da7", "#bab0ac",
 )  # fmt: skip
 SUCCESS_COLOR = "#59a14f"
-W, H = 640, 240  # viewBox of a full-size chart
+W, H = 520, 230  # viewBox of a full-size chart
 PAD_L, PAD_R, PAD_T, PAD_B = 52, 14, 12, 34
 
 
@@ -520,13 +520,14 @@ class Chart:
     legend: list[tuple[str, str]]  # (label, colour)
     marks: int  # data marks drawn (points or bars), checked by the tests
 
-    def html(self, small: bool = False) -> str:
+    def html(self, small: bool = False, wide: bool = False) -> str:
         legend = "".join(
             f'<span class="key"><i style="background:{c}"></i>{_e(label)}</span>'
             for label, c in self.legend
         )
         return (
-            f'<figure class="chart{" small" if small else ""}" id="{self.key}" '
+            f'<figure class="chart{" small" if small else ""}{" wide" if wide else ""}" '
+            f'id="{self.key}" '
             f'data-marks="{self.marks}"><div class="ctitle">{_e(self.title)}</div>'
             f'{self.svg}<div class="legend">{legend}</div>'
             f"<figcaption>{_e(self.caption)}</figcaption></figure>"
@@ -537,65 +538,65 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _nice_max(value: float) -> float:
-    if value <= 0:
-        return 1.0
-    magnitude = 10.0 ** math.floor(math.log10(value))
-    for step in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
-        if step * magnitude >= value * (1 - 1e-9):
-            return step * magnitude
-    return 10 * magnitude
-
-
-def _y_range(values: Iterable[float], percent: bool) -> tuple[float, float]:
-    items = [v for v in values if math.isfinite(v)]
+def _y_ticks(values: Iterable[float], percent: bool, most: int = 5) -> list[float]:
+    """Round tick values covering `values` and 0 (0-100% for shares)."""
     if percent:
-        return 0.0, 1.0
-    lo, hi = (min(items), max(items)) if items else (0.0, 1.0)
-    lo = min(lo, 0.0)
-    if hi <= lo:
+        return [0.0, 0.25, 0.5, 0.75, 1.0]
+    items = [v for v in values if math.isfinite(v)]
+    lo, hi = min([0.0, *items]), max([0.0, *items])
+    if hi - lo < 1e-12:
         hi = lo + 1.0
-    if lo < 0:
-        span = _nice_max(hi - lo)
-        lo = -_nice_max(-lo) if hi <= 0 else lo
-        return lo, lo + span if hi > 0 else 0.0
-    return 0.0, _nice_max(hi)
+    raw = (hi - lo) / (most - 1)
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
+    start, end = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    return [round(i * step, 12) for i in range(start, end + 1)]
 
 
 def _tick(value: float, percent: bool) -> str:
     return f"{100 * value:.0f}%" if percent else _num(value)
 
 
-def _frame(
-    width: int,
-    height: int,
-    y_lo: float,
-    y_hi: float,
-    percent: bool,
-    x_ticks: Sequence[tuple[float, str]],
-    sx: Callable[[float], float],
-    sy: Callable[[float], float],
-    x_label: str,
-    ticks: int = 4,
-) -> list[str]:
-    parts = [
-        f'<svg class="plot" viewBox="0 0 {width} {height}" role="img" '
-        f'preserveAspectRatio="xMidYMid meet" xmlns="http://www.w3.org/2000/svg">'
-    ]
-    for i in range(ticks + 1):
-        v = y_lo + (y_hi - y_lo) * i / ticks
-        y = sy(v)
+@dataclass(frozen=True)
+class _Frame:
+    """A plot area: the SVG size and the scales from data to pixels."""
+
+    width: int
+    height: int
+    y_ticks: list[float]
+    sx: Callable[[float], float]
+    pad_l: int = PAD_L
+
+    @property
+    def y_lo(self) -> float:
+        return self.y_ticks[0]
+
+    def sy(self, y: float) -> float:
+        lo, hi = self.y_ticks[0], self.y_ticks[-1]
+        return PAD_T + (1 - (y - lo) / (hi - lo)) * (self.height - PAD_T - PAD_B)
+
+    def axes(self, percent: bool, x_ticks: Sequence[tuple[float, str]], x_label: str) -> list[str]:
+        w, h = self.width, self.height
+        parts = [
+            f'<svg class="plot" viewBox="0 0 {w} {h}" role="img" '
+            f'preserveAspectRatio="xMidYMid meet" xmlns="http://www.w3.org/2000/svg">'
+        ]
+        for v in self.y_ticks:
+            y = self.sy(v)
+            parts.append(
+                f'<line class="grid{" zero" if v == 0 else ""}" x1="{self.pad_l}" '
+                f'x2="{w - PAD_R}" y1="{y:.1f}" y2="{y:.1f}"/><text class="ytick" '
+                f'x="{self.pad_l - 6}" y="{y + 4:.1f}">{_tick(v, percent)}</text>'
+            )
+        for x, label in x_ticks:
+            parts.append(
+                f'<text class="xtick" x="{self.sx(x):.1f}" y="{h - 18}">{_e(label)}</text>'
+            )
         parts.append(
-            f'<line class="grid" x1="{PAD_L}" x2="{width - PAD_R}" y1="{y:.1f}" y2="{y:.1f}"/>'
-            f'<text class="ytick" x="{PAD_L - 6}" y="{y + 4:.1f}">{_tick(v, percent)}</text>'
+            f'<text class="xlabel" x="{(self.pad_l + w - PAD_R) / 2:.1f}" y="{h - 3}">'
+            f"{_e(x_label)}</text>"
         )
-    for x, label in x_ticks:
-        parts.append(f'<text class="xtick" x="{sx(x):.1f}" y="{height - 18}">{_e(label)}</text>')
-    parts.append(
-        f'<text class="xlabel" x="{(PAD_L + width - PAD_R) / 2:.1f}" y="{height - 3}">'
-        f"{_e(x_label)}</text>"
-    )
-    return parts
+        return parts
 
 
 def _thin(labels: Sequence[tuple[float, str]], most: int) -> list[tuple[float, str]]:
@@ -617,27 +618,23 @@ def line_chart(
     small: bool = False,
 ) -> Chart:
     """Lines with a dot per data point; `x_names` makes x ordinal (0..n-1, labelled)."""
-    width, height = (320, 170) if small else (W, H)
+    width, height, pad_l = (300, 180, 54) if small else (W, H, PAD_L)
     xs = [x for s in series for x, _ in s.points]
-    ys = [y for s in series for _, y in s.points if y is not None]
     x_lo, x_hi = (min(xs), max(xs)) if xs else (0.0, 1.0)
     if x_hi == x_lo:
         x_lo, x_hi = x_lo - 1, x_hi + 1
-    y_lo, y_hi = _y_range(ys, percent)
+    inset = 34 if x_names is not None else 12  # room for the first and last x labels
 
     def sx(x: float) -> float:
-        return PAD_L + 8 + (x - x_lo) / (x_hi - x_lo) * (width - PAD_L - PAD_R - 16)
+        return pad_l + inset + (x - x_lo) / (x_hi - x_lo) * (width - pad_l - PAD_R - 2 * inset)
 
-    def sy(y: float) -> float:
-        return PAD_T + (1 - (y - y_lo) / (y_hi - y_lo)) * (height - PAD_T - PAD_B)
-
+    ys = [y for s in series for _, y in s.points if y is not None]
+    frame = _Frame(width, height, _y_ticks(ys, percent), sx, pad_l)
     if x_names is not None:
         ticks = [(float(i), name) for i, name in enumerate(x_names)]
     else:
         ticks = [(x, f"{x:g}") for x in sorted(set(xs))]
-    parts = _frame(
-        width, height, y_lo, y_hi, percent, _thin(ticks, 6 if small else 12), sx, sy, x_label
-    )
+    parts = frame.axes(percent, _thin(ticks, 6 if small else 12), x_label)
     marks = 0
     for s in series:
         segment: list[str] = []
@@ -647,7 +644,7 @@ def line_chart(
                 segment = []
                 paths.append(segment)
                 continue
-            segment.append(f"{sx(x):.1f},{sy(y):.1f}")
+            segment.append(f"{sx(x):.1f},{frame.sy(y):.1f}")
         for path in paths:
             if len(path) > 1:
                 parts.append(
@@ -658,7 +655,7 @@ def line_chart(
                 continue
             name = x_names[int(x)] if x_names is not None else f"{x_label} {x:g}"
             parts.append(
-                f'<circle class="mark" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.2" '
+                f'<circle class="mark" cx="{sx(x):.1f}" cy="{frame.sy(y):.1f}" r="3.2" '
                 f'fill="{s.color}"><title>{_e(s.name)}, {_e(name)}: '
                 f"{_tick(y, percent) if percent else _num(y)}</title></circle>"
             )
@@ -682,7 +679,6 @@ def bar_chart(
     first. One data mark per bar."""
     width, height = W, H
     totals = [sum(v.get(c, 0.0) for c, _ in categories) for _, v in bars]
-    y_lo, y_hi = 0.0, _nice_max(max(totals, default=0.0))
     n = max(len(bars), 1)
     slot = (width - PAD_L - PAD_R) / n
     bar_w = min(48.0, slot * 0.7)
@@ -690,11 +686,10 @@ def bar_chart(
     def sx(i: float) -> float:
         return PAD_L + slot * (i + 0.5)
 
-    def sy(y: float) -> float:
-        return PAD_T + (1 - (y - y_lo) / (y_hi - y_lo)) * (height - PAD_T - PAD_B)
-
+    frame = _Frame(width, height, _y_ticks(totals, False), sx)
+    sy = frame.sy
     ticks = [(float(i), label) for i, (label, _) in enumerate(bars)]
-    parts = _frame(width, height, y_lo, y_hi, False, _thin(ticks, 16), sx, sy, x_label)
+    parts = frame.axes(False, _thin(ticks, 16), x_label)
     for i, (label, values) in enumerate(bars):
         parts.append(f'<g class="mark" data-label="{_e(label)}">')
         base = 0.0
@@ -715,25 +710,24 @@ def bar_chart(
     return Chart(key, title, caption, "".join(parts), legend, len(bars))
 
 
-def share_bar(key: str, title: str, caption: str, parts: Sequence[tuple[str, float]]) -> Chart:
+def share_bar(key: str, title: str, caption: str, parts: Sequence[tuple[str, float, str]]) -> Chart:
     """One horizontal bar split into named shares (the run's time), labelled in the legend."""
-    total = sum(v for _, v in parts) or 1.0
-    width, height, x = W, 46, 0.0
+    total = sum(v for _, v, _ in parts) or 1.0
+    width, height, x = 1000, 40, 0.0
     svg = [
         f'<svg class="plot" viewBox="0 0 {width} {height}" role="img" '
         f'xmlns="http://www.w3.org/2000/svg">'
     ]
     legend = []
-    for i, (name, value) in enumerate(parts):
-        color = PALETTE[i % len(PALETTE)]
+    for name, value, color in parts:
         w = value / total * width
         svg.append(
-            f'<rect class="mark" x="{x:.1f}" y="6" width="{max(w, 0.5):.1f}" height="34" '
+            f'<rect class="mark" x="{x:.1f}" y="4" width="{max(w, 0.5):.1f}" height="32" '
             f'fill="{color}"><title>{_e(name)}: {_duration(value)}</title></rect>'
         )
         if w > 60:
             svg.append(
-                f'<text class="inbar" x="{x + w / 2:.1f}" y="28">{100 * value / total:.0f}%</text>'
+                f'<text class="inbar" x="{x + w / 2:.1f}" y="24">{100 * value / total:.0f}%</text>'
             )
         x += w
         legend.append((f"{name} {_duration(value)} ({100 * value / total:.0f}%)", color))
@@ -768,7 +762,7 @@ def summary_section(data: RunData) -> str:
     info, updates = data.info, data.updates
     planned = f" of {info.planned_steps}" if info.planned_steps is not None else ""
     shape = (
-        f"{info.groups_per_step} tasks × {info.n} samples per update"
+        f"{info.groups_per_step} tasks × {info.n} samples"
         if info.groups_per_step and info.n
         else "not recorded"
     )
@@ -777,7 +771,8 @@ def summary_section(data: RunData) -> str:
         ("run", info.name),
         ("updates", f"{len(updates)}{planned}" + ("" if info.finished else " (unfinished)")),
         ("elapsed", _duration(info.elapsed_s)),
-        ("episodes trained on", f"{sum(u.episodes for u in updates)} ({shape})"),
+        ("episodes trained on", str(sum(u.episodes for u in updates))),
+        ("per update", shape),
         ("warm start", _duration(info.warm_start_s) if info.warm_start_s else "none"),
     ]
     grid = "".join(
@@ -849,18 +844,22 @@ def progress_section(data: RunData) -> str:
             _missing("Training progress", "no update finished (metrics.jsonl has no line)"),
         )
     steps = [u.step for u in updates]
-    overall = line_chart(
+    success = line_chart(
         "chart-success",
-        "Training success and mean reward per update",
-        "Share of each update's episodes that succeeded, and their mean reward: both should "
-        "trend up; flat at 0 or 100% means no learning signal.",
-        [
-            Series("success", [(u.step, u.success_rate) for u in updates], SUCCESS_COLOR),
-            Series("mean reward", [(u.step, u.reward_mean) for u in updates], PALETTE[0]),
-        ],
-        percent=False,
+        "Training success per update",
+        "Share of each update's episodes that succeeded: it should trend up; flat at 0% or "
+        "100% gives the learner no signal.",
+        [Series("success", [(u.step, u.success_rate) for u in updates], SUCCESS_COLOR)],
+        percent=True,
     )
-    charts = [overall.html()]
+    reward = line_chart(
+        "chart-reward",
+        "Mean reward per update",
+        "The weighted sum of the reward components, averaged over the update's episodes.",
+        [Series("mean reward", [(u.step, u.reward_mean) for u in updates], PALETTE[0])],
+    )
+    charts = [success.html(), reward.html()]
+    notes = []
     domains = sorted({e.domain for e in episodes})
     if len(domains) > 1:
         charts.append(
@@ -874,7 +873,7 @@ def progress_section(data: RunData) -> str:
             ).html()
         )
     elif domains:
-        charts.append(f'<p class="note">One domain ({_e(domains[0])}): same as above.</p>')
+        notes.append(f"One domain ({_e(domains[0])}): its success is the curve above.")
     tag_counts = Counter(t for e in episodes for t in set(e.tags))
     tags = [t for t, c in tag_counts.most_common() if c < len(episodes)][:6]
     if tags:
@@ -908,11 +907,19 @@ def progress_section(data: RunData) -> str:
                 ],
             ).html()
         )
-    elif not episodes:
-        charts.append(
-            _missing("Per-domain, per-tag and per-component curves", "no per-episode records")
-        )
-    return _section("progress", "Reward and success during training", "".join(charts))
+    body = _pairs(charts)
+    if not episodes:
+        body += _missing("Per-domain, per-tag and per-component curves", "no per-episode records")
+    body += "".join(f'<p class="note">{n}</p>' for n in notes)
+    return _section("progress", "Reward and success during training", body)
+
+
+def _pairs(charts: Sequence[str]) -> str:
+    """Charts two per row."""
+    return "".join(
+        '<div class="pair">' + "".join(f"<div>{c}</div>" for c in charts[i : i + 2]) + "</div>"
+        for i in range(0, len(charts), 2)
+    )
 
 
 def evals_section(data: RunData) -> str:
@@ -938,28 +945,32 @@ def evals_section(data: RunData) -> str:
         "Success on tasks never trained on, before training, after the warm start and during "
         "RL: the number that says whether the run worked.",
         series,
-        x_label="evaluation",
+        x_label="",
         x_names=labels,
         percent=True,
     )
+    infra = any(r.infra_failed for r in data.evals)
     table_rows = [
         [
             _e(r.label),
             _e(r.set),
             f"{_pct(r.success)} <small>({r.passed}/{r.total})</small>",
             _pct(r.well_formed),
-            str(r.infra_failed),
             _duration(r.seconds),
         ]
+        + ([str(r.infra_failed)] if infra else [])
         for _, rows_at in points
         for r in rows_at
     ]
     table = _table(
-        ["when", "set", "success", "well-formed actions", "infra failures", "took"],
+        ["when", "set", "success", "well-formed", "took"] + (["infra failures"] if infra else []),
         table_rows,
         {2, 3, 4, 5},
+    ) + (
+        '<p class="note">Well-formed: the share of model turns that were a valid action (a tool '
+        "call the environment could parse).</p>"
     )
-    return _section("evals", "Held-out evaluations", chart.html() + table)
+    return _section("evals", "Held-out evaluations", _pairs([chart.html(), table]))
 
 
 def failures_section(data: RunData) -> str:
@@ -996,7 +1007,7 @@ def failures_section(data: RunData) -> str:
         for r, c in counts.most_common()
     ]
     table = _table(["outcome", "episodes", "share", "meaning"], rows, {1, 2})
-    return _section("failures", "Why episodes failed", chart.html() + table)
+    return _section("failures", "Why episodes failed", _pairs([chart.html(), table]))
 
 
 _REASON_WORDS = {
@@ -1017,6 +1028,18 @@ _REASON_WORDS = {
     "context_limit": "the context or token budget ran out",
     "stale": "dropped: too many policy versions behind",
     "timeout": "a deadline passed",
+}
+
+
+STAGE_COLORS = {
+    "generation": "#4e79a7",
+    "environment": "#f28e2b",
+    "rollout": "#76b7b2",
+    "update (training)": "#e15759",
+    "weight sync": "#b07aa1",
+    "warm start (SFT)": "#9c755f",
+    "held-out evaluation": "#edc948",
+    "other (loading, checkpoints)": "#bab0ac",
 }
 
 
@@ -1045,8 +1068,7 @@ def time_section(data: RunData) -> str:
         for name, seconds in parts.items():
             totals[name] += seconds
         bars.append((str(u.step), parts))
-    names = ["generation", "environment", "rollout", "update (training)", "weight sync"]
-    categories = [(n, PALETTE[i]) for i, n in enumerate(names) if totals.get(n)]
+    categories = [(n, c) for n, c in STAGE_COLORS.items() if totals.get(n)]
     per_update = bar_chart(
         "chart-time",
         "Seconds per update, by stage",
@@ -1057,30 +1079,43 @@ def time_section(data: RunData) -> str:
         unit=" s",
     )
     evals = sum(r.seconds for r in data.evals)
-    shares = [(n, totals[n]) for n in names if totals.get(n)]
-    if data.info.warm_start_s:
-        shares.append(("warm start (SFT)", data.info.warm_start_s))
-    if evals:
-        shares.append(("held-out evaluation", evals))
-    known = sum(v for _, v in shares)
+    spent = dict(totals)
+    spent["warm start (SFT)"] = data.info.warm_start_s or 0.0
+    spent["held-out evaluation"] = evals
+    known = sum(spent.values())
     if data.info.elapsed_s and data.info.elapsed_s > known:
-        shares.append(("other (loading, checkpoints)", data.info.elapsed_s - known))
+        spent["other (loading, checkpoints)"] = data.info.elapsed_s - known
+    shares = [(n, spent[n], c) for n, c in STAGE_COLORS.items() if spent.get(n)]
     whole = share_bar(
         "chart-time-total",
         f"The whole run ({_duration(data.info.elapsed_s or known)})",
         "Where the run's wall-clock time went, all updates and evaluations together.",
         shares,
     )
-    mean_gen = _mean(e.generation_s for e in data.episodes)
-    mean_env = _mean(e.env_s for e in data.episodes)
-    note = (
-        f'<p class="note">Per episode: generation {_duration(mean_gen)}, environment '
-        f"{_duration(mean_env)}, waiting for a slot {_duration(_mean(e.queue_s for e in data.episodes))} "  # noqa: E501
-        "on average.</p>"
-        if data.episodes
-        else ""
+    eps = data.episodes
+    stages: list[tuple[str, Callable[[EpisodePoint], float]]] = [
+        ("generation (model)", lambda e: e.generation_s),
+        ("environment (tools, sandbox, scoring)", lambda e: e.env_s),
+        ("waiting for a slot", lambda e: e.queue_s),
+        ("whole episode", lambda e: e.total_s),
+    ]
+    per_episode = (
+        "<h3>Per episode</h3>"
+        + _table(
+            ["", "mean", "slowest"],
+            [
+                [_e(n), _duration(_mean(map(f, eps))), _duration(max(map(f, eps)))]
+                for n, f in stages
+            ],
+            {1, 2},
+        )
+        + '<p class="note">Episodes run concurrently, so their times add up to more than the '
+        "update's rollout time.</p>"
+        if eps
+        else _missing("Per-episode timings", "no per-episode records")
     )
-    return _section("time", "Where the time went", whole.html() + per_update.html() + note)
+    body = whole.html(wide=True) + _pairs([per_update.html(), per_episode])
+    return _section("time", "Where the time went", body)
 
 
 def staleness_section(data: RunData) -> str:
@@ -1107,7 +1142,14 @@ def staleness_section(data: RunData) -> str:
         [("trajectories", PALETTE[0])],
         x_label="versions behind",
     )
-    return _section("staleness", "Staleness", chart.html())
+    total = sum(hist.values())
+    mean = sum(lag * c for lag, c in hist.items()) / total
+    words = (
+        f'<p class="note">{hist.get(0, 0)} of {total} trajectories '
+        f"({100 * hist.get(0, 0) / total:.0f}%) were generated by the very weights they trained "
+        f"(on-policy); mean lag {mean:.2f} versions, at most {max(hist)}.</p>"
+    )
+    return _section("staleness", "Staleness", _pairs([chart.html(), words]))
 
 
 def learner_section(data: RunData) -> str:
@@ -1197,29 +1239,44 @@ def tasks_section(data: RunData) -> str:
 
 
 def _pick_samples(data: RunData) -> list[tuple[str, int, Trajectory]]:
-    """A success, a failure and the latest episode (each once), newest first within a kind."""
-    found: list[tuple[str, int, Trajectory]] = []
-    seen: set[int] = set()
-    items = list(reversed(data.trajectories))
-    pickers: list[tuple[str, Callable[[Trajectory], bool]]] = [
-        ("a success", lambda t: t.success),
-        ("a failure", lambda t: not t.success and t.failure is not None),
-        ("a failure", lambda t: not t.success),
-        ("the latest episode", lambda t: True),
+    """The newest success, the newest failure (one with a failure reason if any) and the newest
+    episode, each shown once."""
+    newest = list(reversed(data.trajectories))
+    picks = [
+        ("a success", next((x for x in newest if x[1].success), None)),
+        (
+            "a failure",
+            next((x for x in newest if not x[1].success and x[1].failure), None)
+            or next((x for x in newest if not x[1].success), None),
+        ),
     ]
-    for why, accept in pickers:
-        if why == "a failure" and any(w == why for w, _, _ in found):
-            continue
-        for step, t in items:
-            if id(t) not in seen and accept(t):
-                found.append((why, step, t))
-                seen.add(id(t))
+    found = [(why, *x) for why, x in picks if x is not None]
+    if newest:
+        latest = newest[0]
+        for i, (why, step, t) in enumerate(found):
+            if t is latest[1]:
+                found[i] = (f"{why} (also the latest episode)", step, t)
                 break
+        else:
+            found.append(("the latest episode", *latest))
     return found
 
 
-def _clip(text: str, most: int = 1500) -> str:
+def _clip(text: str, most: int = 6000) -> str:
     return text if len(text) <= most else f"{text[:most]}\n… ({len(text) - most} more characters)"
+
+
+def _text_html(text: str, lines: int = 6) -> str:
+    """Escaped text; past its first `lines` lines, the rest folds away (a click shows it)."""
+    rows = text.splitlines()
+    if len(rows) <= lines + 2:
+        return f'<pre class="text">{_e(_clip(text))}</pre>'
+    head, rest = "\n".join(rows[:lines]), "\n".join(rows[lines:])
+    return (
+        f'<pre class="text">{_e(head)}</pre><details class="more"><summary>'
+        f'{len(rows) - lines} more lines</summary><pre class="text">{_e(_clip(rest))}</pre>'
+        "</details>"
+    )
 
 
 def _tool_call_html(call: dict[str, Any]) -> str:
@@ -1245,7 +1302,7 @@ def _turn_html(turn: Any) -> str:
         calls = "".join(_tool_call_html(c) for c in turn.tool_calls)
         return (
             f'<div class="turn assistant"><div class="who">{meta}</div>'
-            f'<pre class="text">{_e(_clip(turn.text))}</pre>{calls}</div>'
+            f"{_text_html(turn.text)}{calls}</div>"
         )
     if role == "tool":
         bits = [f"reward {_num(turn.reward)}"]
@@ -1257,12 +1314,12 @@ def _turn_html(turn: Any) -> str:
         return (
             f'<div class="turn tool"><div class="who">observation · step '
             f"{_duration(turn.step_s)}{' · ' + tools if tools else ''}</div>"
-            f'<pre class="text">{_e(_clip(turn.text))}</pre>{detail}'
+            f"{_text_html(turn.text)}{detail}"
             f'<div class="step">{" · ".join(bits)}</div></div>'
         )
     return (
         f'<div class="turn prompt"><div class="who">{_e(role)} (prompt)</div>'
-        f'<pre class="text">{_e(_clip(turn.text))}</pre></div>'
+        f"{_text_html(turn.text)}</div>"
     )
 
 
@@ -1323,7 +1380,7 @@ section { background:var(--card); border:1px solid var(--line); border-radius:8p
           padding:16px 20px; margin:18px 0; }
 h2 { font-size:18px; margin:0 0 12px; }
 h3 { font-size:15px; margin:18px 0 6px; }
-.cards { display:grid; grid-template-columns:repeat(auto-fill, minmax(170px, 1fr)); gap:10px;
+.cards { display:grid; grid-template-columns:repeat(auto-fill, minmax(150px, 1fr)); gap:10px;
          margin-bottom:14px; }
 .card { border:1px solid var(--line); border-radius:6px; padding:8px 10px; }
 .card .k { color:var(--muted); font-size:12px; }
@@ -1340,7 +1397,10 @@ figure.chart.small { margin:0; border:1px solid var(--line); border-radius:6px; 
 .ctitle { font-weight:600; margin-bottom:4px; }
 figure.small .ctitle { font-size:12px; font-weight:500; color:var(--muted); }
 svg.plot { width:100%; height:auto; display:block; }
-figure.chart:not(.small) svg.plot { max-width:760px; }
+figure.chart:not(.small):not(.wide) svg.plot { max-width:620px; }
+.pair { display:grid; grid-template-columns:repeat(auto-fit, minmax(420px, 1fr)); gap:8px 24px; }
+figure.small svg text { font-size:14px; }
+details.more summary { font-size:12px; color:#3b5b8c; cursor:pointer; }
 svg .grid { stroke:#e9ecf1; stroke-width:1; }
 svg text { font-size:11px; fill:#5d6675; font-family:inherit; }
 svg .ytick { text-anchor:end; }
