@@ -22,7 +22,8 @@ def traj(
     domain: str, tags: list[str], reward: float, success: bool, *, version: int = 2,
     tokens: int = 3, failure: str | None = None, ending: Ending = Ending.DONE,
     steps: Sequence[tuple[float, dict[str, float]]] = (),
-    components: dict[str, float] | None = None, retries: Sequence[str] = (), generation_s: float = 1.0, queue_s: float = 0.0,
+    components: dict[str, float] | None = None, retries: Sequence[str] = (),
+    generation_s: float = 1.0, queue_s: float = 0.0,
 ) -> Trajectory:  # fmt: skip
     turns = []
     for step_s, tool_s in steps:
