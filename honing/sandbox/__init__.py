@@ -37,7 +37,7 @@ zygote) that forks one child per job, so a run costs a fork, not a process or sa
 """
 
 from honing.config import SandboxConfig
-from honing.sandbox.pool import SandboxPool, Workspace
+from honing.sandbox.pool import PoolUsage, SandboxPool, Workspace
 from honing.sandbox.runtime import RuntimeStore
 from honing.types import ExecRequest, ExecResult, ExecStatus
 
@@ -45,6 +45,7 @@ __all__ = [
     "ExecRequest",
     "ExecResult",
     "ExecStatus",
+    "PoolUsage",
     "RuntimeStore",
     "SandboxConfig",
     "SandboxPool",

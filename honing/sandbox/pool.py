@@ -8,6 +8,7 @@
         await pool.run(ExecRequest(code=..., workspace=ws.id))
         snap = ws.snapshot(); ...; ws.restore(snap)
         await pool.resize(8)                        # grow or shrink; busy cells finish first
+        before = pool.usage(); ...; pool.usage().since(before).busy_fraction   # utilisation
 
 Each run takes an idle cell, fills its workspace, sets the cell's memory limit, sends the job and
 classifies the reply into an `ExecResult`. A cell that crashes is replaced in the background;
@@ -20,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import signal
 import tempfile
+import time
 import uuid
 import warnings
 from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -101,6 +105,39 @@ class Workspace:
         fs.copy_tree(source, path)
 
 
+@dataclass(frozen=True)
+class PoolUsage:
+    """Counters of a pool and its siblings at one moment; `later.since(earlier)` is the use
+    between two snapshots (then `runs`, `busy_s` and `wait_s` are differences)."""
+
+    cells: int  # cells kept
+    busy: int  # cells running a job now
+    runs: int  # jobs run
+    busy_s: float  # cell-seconds spent running jobs
+    wait_s: float  # job-seconds spent waiting for an idle cell
+    at: float  # time.monotonic() of the snapshot
+    interval_s: float = 0.0  # since(): the seconds between the snapshots
+
+    def since(self, earlier: PoolUsage) -> PoolUsage:
+        return PoolUsage(
+            cells=self.cells, busy=self.busy, runs=self.runs - earlier.runs,
+            busy_s=self.busy_s - earlier.busy_s, wait_s=self.wait_s - earlier.wait_s,
+            at=self.at, interval_s=self.at - earlier.at,
+        )  # fmt: skip
+
+    @property
+    def busy_fraction(self) -> float | None:
+        """Share of the cells' time spent running jobs over the interval (since() only)."""
+        if self.interval_s <= 0 or self.cells <= 0:
+            return None
+        return min(1.0, max(0.0, self.busy_s / (self.cells * self.interval_s)))
+
+    @property
+    def queued(self) -> float | None:
+        """Mean number of jobs waiting for a cell over the interval (since() only)."""
+        return self.wait_s / self.interval_s if self.interval_s > 0 else None
+
+
 class SandboxPool:
     """A pool of warm, isolated cells. Use as `async with SandboxPool(...) as pool:`."""
 
@@ -122,6 +159,13 @@ class SandboxPool:
         self._excess = 0  # busy cells to retire when their run ends (a shrink in progress)
         self._siblings: dict[tuple[str, tuple[str, ...]], SandboxPool] = {}
         self._sibling_lock = asyncio.Lock()
+        # utilisation counters (`usage()`): finished runs, and the start of each running/waiting
+        self._jobs = itertools.count()
+        self._runs = 0
+        self._busy_s = 0.0
+        self._wait_s = 0.0
+        self._running: dict[int, float] = {}
+        self._waiting: dict[int, float] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
     async def __aenter__(self) -> SandboxPool:
@@ -312,18 +356,37 @@ class SandboxPool:
                 return await self._run_on_cell(request, ws)
         return await self._run_on_cell(request, None)
 
+    def usage(self) -> PoolUsage:
+        """Counters now, this pool's and its siblings' together (see `PoolUsage`)."""
+        now = time.monotonic()
+        pools = [self, *self._siblings.values()]
+        return PoolUsage(
+            cells=sum(p._target for p in pools),
+            busy=sum(len(p._running) for p in pools),
+            runs=sum(p._runs for p in pools),
+            busy_s=sum(p._busy_s + sum(now - t for t in p._running.values()) for p in pools),
+            wait_s=sum(p._wait_s + sum(now - t for t in p._waiting.values()) for p in pools),
+            at=now,
+        )
+
     async def _run_on_cell(self, request: ExecRequest, ws: Workspace | None) -> ExecResult:
-        while True:
-            cell = await self._idle.get()
-            if cell is None:  # the pool could not replace crashed cells
-                self._idle.put_nowait(None)
-                return ExecResult(
-                    ExecStatus.SANDBOX_ERROR, error=f"sandbox pool broken: {self._broken}"
-                )
-            if cell.alive:
-                break
-            self._replace(cell)  # it died while idle: blame no job, take the next cell
+        key = next(self._jobs)
+        self._waiting[key] = time.monotonic()
+        try:
+            while True:
+                cell = await self._idle.get()
+                if cell is None:  # the pool could not replace crashed cells
+                    self._idle.put_nowait(None)
+                    return ExecResult(
+                        ExecStatus.SANDBOX_ERROR, error=f"sandbox pool broken: {self._broken}"
+                    )
+                if cell.alive:
+                    break
+                self._replace(cell)  # it died while idle: blame no job, take the next cell
+        finally:
+            self._wait_s += time.monotonic() - self._waiting.pop(key)
         healthy = False  # unless the run ends normally: a cancelled run leaves the cell busy
+        self._running[key] = time.monotonic()
         try:
             result, healthy = await self._execute(cell, request, ws)
             return result
@@ -331,6 +394,8 @@ class SandboxPool:
             healthy = True  # refused before the cell ran anything
             raise
         finally:
+            self._busy_s += time.monotonic() - self._running.pop(key)
+            self._runs += 1
             if healthy and cell.alive:
                 self._give_back(cell)
             else:
