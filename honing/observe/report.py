@@ -201,7 +201,10 @@ def load_run(run_dir: Path) -> RunData:
     if (run_dir / "trajectories").is_dir():
         try:
             trajectories = _with_steps(read_trajectories(run_dir), updates)
-            store_episodes = [_episode_from_trajectory(s, t) for s, t in trajectories]
+            versions = _versions_before(updates)
+            store_episodes = [
+                _episode_from_trajectory(s, t, versions.get(s)) for s, t in trajectories
+            ]
         except StoreError as exc:
             notes.append(f"The trajectory store could not be read: {exc}")
     else:
@@ -347,9 +350,19 @@ def _with_steps(
     return list(zip(steps, trajectories, strict=True))
 
 
-def _episode_from_trajectory(step: int, t: Trajectory) -> EpisodePoint:
-    # The learner's version at update `step` is step - 1 (one version per update).
-    staleness = step - 1 - t.policy_version if step > 0 and t.policy_version >= 0 else None
+def _versions_before(updates: Sequence[UpdatePoint]) -> dict[int, int]:
+    """The learner's version when each update began: the version the one before it left (an
+    update that took no optimiser step keeps it); the first begins at 0."""
+    out, version = {}, 0
+    for u in updates:
+        out[u.step] = version
+        version = int(u.learner.get("version", version + 1))
+    return out
+
+
+def _episode_from_trajectory(step: int, t: Trajectory, learner: int | None) -> EpisodePoint:
+    known = learner is not None and t.policy_version >= 0
+    staleness = learner - t.policy_version if learner is not None and known else None
     return EpisodePoint(
         step=step,
         task_id=t.task_id,
