@@ -13,6 +13,9 @@
     honing train CONFIG.yaml [key=value ...]  the closed loop: rollouts, updates, held-out evals
     honing train --resume RUN_DIR            continue a run from its latest checkpoint
     honing sft CONFIG.yaml [key=value ...]   supervised warm start on chat JSONL (assistant tokens)
+    honing report RUN_DIR [--out FILE]       a run as one self-contained HTML page
+    honing export RUN_DIR --out DIR          the trained model as a Hugging Face directory + card
+    honing serve DIR [--port P]              an OpenAI-compatible server over a model directory
 
 Machine-readable output goes to stdout; human-readable progress and errors go to stderr (rich).
 """
@@ -31,7 +34,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from honing import __version__
@@ -39,6 +41,7 @@ from honing.config import SandboxConfig, default_home, validate_model
 from honing.envs.base import EnvConfig
 from honing.errors import ConfigError, HoningError, SandboxError
 from honing.eval import POLICIES, EvalReport, Tiers, check_domains, evaluate, make_policy
+from honing.observe.progress import EpisodeProgress
 from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
 from honing.tasks import CodeTask, TaskSet, Verification, apply_quality_filter, load_tasks
 from honing.tasks.quality import code_program
@@ -67,6 +70,10 @@ err = Console(stderr=True, soft_wrap=True)
 
 Isolation = Annotated[
     str, typer.Option(help="bwrap (isolated, the default) or none (development only, unsafe).")
+]
+
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No live progress display; log lines only.")
 ]
 
 
@@ -353,6 +360,7 @@ def eval_command(
     seed: Annotated[int | None, typer.Option(help="Model policies: sampling seed.")] = None,
     dtype: Annotated[str, typer.Option(help="model:PATH: auto, bfloat16, float32.")] = "auto",
     isolation: Isolation = "bwrap",
+    quiet: Quiet = False,
 ) -> None:
     """Evaluate a policy on a task set: end-to-end success and pass@k, single-step and trajectory
     metrics, overall, per domain and per tag.
@@ -405,13 +413,9 @@ def eval_command(
 
     async def go() -> EvalReport:
         async with SandboxPool(config) as pool:
-            if json_out:
-                return await run(pool, None)
-            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                       TimeElapsedColumn())  # fmt: skip
-            with Progress(*columns, console=err, transient=True) as progress:
-                bar = progress.add_task(f"eval {taskset.name} · {policy}", total=total)
-                return await run(pool, lambda _: progress.advance(bar))
+            label = f"eval {taskset.name} · {policy}"
+            with EpisodeProgress(label, total, err, quiet=quiet or json_out) as progress:
+                return await run(pool, lambda episode: progress.add(episode.success))
 
     try:
         result = asyncio.run(go())
@@ -551,6 +555,7 @@ def rollout_command(
     engine_workers: Annotated[int, typer.Option(help="backend ray: engine actors.")] = 1,
     sandbox_workers: Annotated[int, typer.Option(help="backend ray: sandbox actors.")] = 1,
     isolation: Isolation = "bwrap",
+    quiet: Quiet = False,
 ) -> None:
     """Offline generation: N trajectories per task through the async scheduler, written to the
     trajectory store in OUT (Parquet; query with `honing store query OUT "SQL"`), then a summary.
@@ -601,17 +606,12 @@ def rollout_command(
             await engine.close()
 
     async def go() -> Any:
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("{task.fields[status]}"))  # fmt: skip
-        with Progress(*columns, console=err, transient=True) as progress:
-            bar = progress.add_task(f"rollout {taskset.name} · n={n}", total=total, status="")
-            passed = seen = 0
+        label = f"rollout {taskset.name} · n={n}"
+        with EpisodeProgress(label, total * n, err, quiet=quiet) as progress:
 
             def on_group(group: Any) -> None:
-                nonlocal passed, seen
-                seen += len(group.trajectories)
-                passed += sum(t.success for t in group.trajectories)
-                progress.update(bar, advance=1, status=f"success {passed}/{seen}")
+                for t in group.trajectories:
+                    progress.add(t.success, t.reward)
 
             return await run(on_group)
 
@@ -777,6 +777,59 @@ def sft_command(
         sft_main(load_yaml_model(config, SftConfig, list(overrides or [])))
     except HoningError as exc:
         raise _fail(str(exc)) from exc
+
+
+@app.command("report")
+def report_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (honing train's out).")],
+    out: Annotated[
+        Path | None, typer.Option(help="The HTML file to write (default: RUN_DIR/report.html).")
+    ] = None,
+) -> None:
+    """One self-contained HTML page of a run (no network needed to view it): reward and success
+    over time per domain, held-out evaluations, failure reasons, where the time went, staleness,
+    the slowest and most failing tasks, and sample episodes with their tool calls."""
+    from honing.observe.report import build_report
+
+    try:
+        path = build_report(run_dir, out)
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    err.print(f"report: open {path} in a browser", highlight=False)
+    typer.echo(str(path))
+
+
+@app.command("serve")
+def serve_command(
+    model_dir: Annotated[
+        str, typer.Argument(help="A model directory (honing export's out), or 'default'.")
+    ],
+    port: Annotated[int, typer.Option(help="The port to listen on (0: a free one).")] = 8000,
+    host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
+    name: Annotated[
+        str | None, typer.Option(help="The served model's name (default: the directory's name).")
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="auto, bfloat16, float16, float32.")] = "auto",
+    max_batch: Annotated[int, typer.Option(help="Sequences decoded together at most.")] = 32,
+) -> None:
+    """An OpenAI-compatible server: /v1/chat/completions (tools, streaming, logprobs),
+    /v1/completions (token-id prompts), /v1/models, and weight reloads (/reload_weights,
+    /v1/load_lora_adapter) without a restart. Concurrent requests are batched together."""
+    from honing.export.server import serve
+
+    if dtype not in ("auto", "bfloat16", "float16", "float32"):
+        raise _fail(f"--dtype {dtype!r}: allowed: auto, bfloat16, float16, float32")
+    if max_batch < 1:
+        raise _fail(f"--max-batch {max_batch}: must be at least 1")
+    _log_to_stderr()
+    try:
+        serve(model_dir, host=host, port=port, name=name, dtype=dtype,  # type: ignore[arg-type]
+              max_batch=max_batch)  # fmt: skip
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    except OSError as exc:  # the port is taken, or the address is not ours
+        raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
+                    "pick another --port (0: a free one)") from exc  # fmt: skip
 
 
 def _log_to_stderr() -> None:
