@@ -25,11 +25,10 @@ from honing.rollout.engines.hf import HFEngine
 from honing.rollout.engines.openai import OpenAIConfig, OpenAIEngine
 from honing.rollout.models import load_tokenizer
 
-MESSAGES = [
+MESSAGES: Any = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Name three prime numbers and explain why they are prime."},
 ]
-GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 12}
 
 
 @pytest.fixture(scope="module")
@@ -85,12 +84,17 @@ async def test_greedy_chat_equals_the_in_process_engine_with_logprobs(
     client: openai.OpenAI, name: str, tok: Any, local: HFEngine
 ) -> None:
     reply = client.chat.completions.create(
-        model=name, messages=MESSAGES, logprobs=True, top_logprobs=3,  # type: ignore[arg-type]
-        extra_body={"return_token_ids": True}, **GREEDY,
-    )  # fmt: skip
+        model=name,
+        messages=MESSAGES,
+        logprobs=True,
+        top_logprobs=3,
+        extra_body={"return_token_ids": True},
+        temperature=0,
+        max_tokens=12,
+    )
     ids = prompt_ids(tok, MESSAGES)
-    [gen] = await local.generate([Prompt(token_ids=ids)], SamplingParams(temperature=0,
-                                                                         max_new_tokens=12))  # fmt: skip
+    greedy = SamplingParams(temperature=0, max_new_tokens=12)
+    [gen] = await local.generate([Prompt(token_ids=ids)], greedy)
     choice = reply.choices[0]
     extra = choice.model_extra or {}
     assert (reply.model_extra or {})["prompt_token_ids"] == ids
@@ -112,12 +116,19 @@ async def test_greedy_chat_equals_the_in_process_engine_with_logprobs(
 
 
 def test_streaming_concatenates_to_the_non_streamed_text(client: openai.OpenAI, name: str) -> None:
-    whole = client.chat.completions.create(model=name, messages=MESSAGES,  # type: ignore[arg-type]
-                                           **GREEDY)  # fmt: skip
-    chunks = list(client.chat.completions.create(
-        model=name, messages=MESSAGES, stream=True,  # type: ignore[arg-type]
-        stream_options={"include_usage": True}, **GREEDY,
-    ))  # fmt: skip
+    whole = client.chat.completions.create(
+        model=name, messages=MESSAGES, temperature=0, max_tokens=12
+    )
+    chunks = list(
+        client.chat.completions.create(
+            model=name,
+            messages=MESSAGES,
+            stream=True,
+            stream_options={"include_usage": True},
+            temperature=0,
+            max_tokens=12,
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     texts = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert len(texts) > 2
@@ -150,9 +161,13 @@ async def test_tokens_are_streamed_while_the_engine_is_still_decoding(
     monkeypatch.setattr(decoder, "decode", gated)
     client = openai.AsyncOpenAI(base_url=running.base_url, api_key="unused", max_retries=0)
     stream = await client.chat.completions.create(
-        model=name, messages=MESSAGES, stream=True, temperature=0, max_tokens=24,  # type: ignore[arg-type]
+        model=name,
+        messages=MESSAGES,
+        stream=True,
+        temperature=0,
+        max_tokens=24,
         extra_body={"return_token_ids": True},
-    )  # fmt: skip
+    )
     streamed_while_held = 0
     tokens = 0
     async for chunk in stream:
@@ -186,11 +201,14 @@ async def test_concurrent_requests_share_decode_steps(
     engine.stats.peak_batch = 0
     client = openai.AsyncOpenAI(base_url=running.base_url, api_key="unused", max_retries=0)
     questions = [f"Question {i}: what is {i} + {i}?" for i in range(4)]
-    replies = await asyncio.gather(*[
-        client.chat.completions.create(model=name, temperature=0, max_tokens=8,
-                                       messages=[{"role": "user", "content": q}])
-        for q in questions
-    ])  # fmt: skip
+    replies = await asyncio.gather(
+        *[
+            client.chat.completions.create(
+                model=name, temperature=0, max_tokens=8, messages=[{"role": "user", "content": q}]
+            )
+            for q in questions
+        ]
+    )
     await client.close()
     assert all(r.usage is not None and r.usage.completion_tokens >= 1 for r in replies)
     assert engine.stats.peak_batch >= 2
@@ -218,20 +236,27 @@ async def test_honing_openai_engine_in_token_and_chat_mode(
 
 
 def test_completions_stop_strings_and_text_prompts(client: openai.OpenAI, name: str) -> None:
-    whole = client.completions.create(model=name, prompt="The capital of France is",
-                                      temperature=0, max_tokens=12)  # fmt: skip
+    whole = client.completions.create(
+        model=name, prompt="The capital of France is", temperature=0, max_tokens=12
+    )
     text = whole.choices[0].text
     assert whole.usage is not None and whole.usage.completion_tokens == 12
     stop = text[3:5]
     assert stop.strip()
-    cut = client.completions.create(model=name, prompt="The capital of France is",
-                                    temperature=0, max_tokens=12, stop=[stop])  # fmt: skip
+    cut = client.completions.create(
+        model=name, prompt="The capital of France is", temperature=0, max_tokens=12, stop=[stop]
+    )
     assert (
         cut.choices[0].text == text[: text.index(stop)] and cut.choices[0].finish_reason == "stop"
     )
-    kept = client.completions.create(model=name, prompt="The capital of France is",
-                                     temperature=0, max_tokens=12, stop=[stop],
-                                     extra_body={"include_stop_str_in_output": True})  # fmt: skip
+    kept = client.completions.create(
+        model=name,
+        prompt="The capital of France is",
+        temperature=0,
+        max_tokens=12,
+        stop=[stop],
+        extra_body={"include_stop_str_in_output": True},
+    )
     assert kept.choices[0].text.startswith(text[: text.index(stop) + len(stop)])
 
 
@@ -247,25 +272,31 @@ def perturbed(source: Path, out: Path, scale: float) -> Path:
 
 
 async def test_reload_weights_changes_the_output_and_the_version(
-    running: RunningServer, client: openai.OpenAI, name: str, tiny_model_dir: Path,
+    running: RunningServer,
+    client: openai.OpenAI,
+    name: str,
+    tiny_model_dir: Path,
     tmp_path: Path,
-) -> None:  # fmt: skip
-    before = client.chat.completions.create(model=name, messages=MESSAGES,  # type: ignore[arg-type]
-                                            **GREEDY)  # fmt: skip
+) -> None:
+    before = client.chat.completions.create(
+        model=name, messages=MESSAGES, temperature=0, max_tokens=12
+    )
     engine = OpenAIEngine(OpenAIConfig(base_url=running.base_url, model=name))
     new = perturbed(tiny_model_dir, tmp_path / "v5", 0.5)
     try:
         await engine.update_weights(WeightUpdate(version=5, path=str(new)))
-        after = client.chat.completions.create(model=name, messages=MESSAGES,  # type: ignore[arg-type]
-                                               **GREEDY)  # fmt: skip
+        after = client.chat.completions.create(
+            model=name, messages=MESSAGES, temperature=0, max_tokens=12
+        )
         assert after.choices[0].message.content != before.choices[0].message.content
         assert after.system_fingerprint == "honing-v5"
         assert httpx.get(running.url + "/health").json()["version"] == 5
     finally:
         await engine.update_weights(WeightUpdate(version=6, path=str(tiny_model_dir)))
         await engine.close()
-    again = client.chat.completions.create(model=name, messages=MESSAGES,  # type: ignore[arg-type]
-                                           **GREEDY)  # fmt: skip
+    again = client.chat.completions.create(
+        model=name, messages=MESSAGES, temperature=0, max_tokens=12
+    )
     assert again.choices[0].message.content == before.choices[0].message.content
 
 
@@ -277,8 +308,9 @@ def make_adapter(model_dir: Path, out: Path) -> tuple[Path, dict[str, torch.Tens
 
     torch.manual_seed(3)
     model = load_model(model_dir, "float32")
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                        init_lora_weights=False)  # fmt: skip
+    config = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
     peft_model = get_peft_model(model, config)
     peft_model.save_pretrained(str(out))
     merged = peft_model.merge_and_unload()
@@ -286,23 +318,29 @@ def make_adapter(model_dir: Path, out: Path) -> tuple[Path, dict[str, torch.Tens
 
 
 async def test_lora_adapter_hot_load_serves_the_merged_weights(
-    running: RunningServer, client: openai.OpenAI, name: str, tiny_model_dir: Path,
+    running: RunningServer,
+    client: openai.OpenAI,
+    name: str,
+    tiny_model_dir: Path,
     tmp_path: Path,
-) -> None:  # fmt: skip
-    before = client.chat.completions.create(model=name, messages=MESSAGES,  # type: ignore[arg-type]
-                                            **GREEDY)  # fmt: skip
+) -> None:
+    before = client.chat.completions.create(
+        model=name, messages=MESSAGES, temperature=0, max_tokens=12
+    )
     path, want = make_adapter(tiny_model_dir, tmp_path / "adapter")
     engine = OpenAIEngine(OpenAIConfig(base_url=running.base_url, model=name))
     try:
-        await engine.update_weights(WeightUpdate(version=9, path=str(path), adapter=True,
-                                                 extra={"lora_name": "tuned"}))  # fmt: skip
+        await engine.update_weights(
+            WeightUpdate(version=9, path=str(path), adapter=True, extra={"lora_name": "tuned"})
+        )
         assert engine.model == "tuned"
         assert [m.id for m in client.models.list()] == [name, "tuned"]
         served = dict(engine_view(running).model.named_parameters())
         for param, tensor in want.items():
             torch.testing.assert_close(served[param], tensor, rtol=1e-5, atol=1e-5)
-        after = client.chat.completions.create(model="tuned", messages=MESSAGES,  # type: ignore[arg-type]
-                                               **GREEDY)  # fmt: skip
+        after = client.chat.completions.create(
+            model="tuned", messages=MESSAGES, temperature=0, max_tokens=12
+        )
         assert after.choices[0].message.content != before.choices[0].message.content
         # The adapter request carries no version (vLLM's body): the server counts one up.
         version = httpx.get(running.url + "/health").json()["version"]
@@ -313,8 +351,7 @@ async def test_lora_adapter_hot_load_serves_the_merged_weights(
     assert [m.id for m in client.models.list()] == [name]  # a full reload drops the adapter
 
 
-def test_errors_are_openai_shaped(running: RunningServer, client: openai.OpenAI,
-                                  name: str) -> None:  # fmt: skip
+def test_errors_are_openai_shaped(running: RunningServer, client: openai.OpenAI, name: str) -> None:
     url = running.base_url + "/chat/completions"
     bad_json = httpx.post(url, content=b"{not json", headers={"content-type": "application/json"})
     assert bad_json.status_code == 400
@@ -324,26 +361,30 @@ def test_errors_are_openai_shaped(running: RunningServer, client: openai.OpenAI,
     )
 
     with pytest.raises(openai.BadRequestError) as two:
-        client.chat.completions.create(model=name, messages=MESSAGES, n=2)  # type: ignore[arg-type]
+        client.chat.completions.create(model=name, messages=MESSAGES, n=2)
     assert two.value.status_code == 400 and "n > 1 is not supported" in two.value.message
-    assert (two.value.body or {}).get("param") == "n"  # type: ignore[union-attr]
+    body: Any = two.value.body
+    assert body["param"] == "n"
 
     with pytest.raises(openai.NotFoundError) as unknown:
-        client.chat.completions.create(model="gpt-4", messages=MESSAGES)  # type: ignore[arg-type]
+        client.chat.completions.create(model="gpt-4", messages=MESSAGES)
     assert name in unknown.value.message and "gpt-4" in unknown.value.message
 
     typo = httpx.post(url, json={"model": name, "messages": MESSAGES, "temprature": 0})
     assert typo.status_code == 400 and "temprature" in typo.json()["error"]["message"]
     choice = httpx.post(url, json={"model": name, "messages": MESSAGES, "tool_choice": "required"})
     assert choice.status_code == 400 and "tool_choice" in choice.json()["error"]["message"]
-    vocab = httpx.post(running.base_url + "/completions",
-                       json={"model": name, "prompt": [10**9], "max_tokens": 2})  # fmt: skip
+    vocab = httpx.post(
+        running.base_url + "/completions", json={"model": name, "prompt": [10**9], "max_tokens": 2}
+    )
     assert vocab.status_code == 400 and "vocabulary" in vocab.json()["error"]["message"]
     route = httpx.get(running.base_url + "/nowhere")
     assert route.status_code == 404 and route.json()["error"]["type"] == "not_found_error"
     missing = httpx.post(running.url + "/reload_weights", json={"path": "/no/such/dir"})
     assert missing.status_code == 400 and "/no/such/dir" in missing.json()["error"]["message"]
-    lora = httpx.post(running.base_url + "/load_lora_adapter",
-                      json={"lora_name": "x", "lora_path": "/no/such/adapter"})  # fmt: skip
+    lora = httpx.post(
+        running.base_url + "/load_lora_adapter",
+        json={"lora_name": "x", "lora_path": "/no/such/adapter"},
+    )
     assert lora.status_code == 400 and "peft LoRA adapter" in lora.json()["error"]["message"]
     assert json.loads(httpx.get(running.url + "/health").text)["status"] == "ok"
