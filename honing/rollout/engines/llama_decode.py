@@ -35,7 +35,7 @@ cached KV between slots (all reads before any write, so a swap is two moves).
 
 Not covered: sampling, stopping, scheduling, which KV a slot holds (the engine, `hf.py`);
 prefix reuse on the generic path; sliding-window attention, biases in the projections, dynamic
-rope scaling (those models take the generic path).
+rope scaling, quantised weights (torchao int8: those models take the generic path).
 """
 
 from __future__ import annotations
@@ -80,6 +80,8 @@ class Decoder(Protocol):
 def fast_path_reason(model: Any) -> str | None:
     """None when `LlamaDecoder` supports the model, else why not (the generic path is used)."""
     cfg = model.config
+    if getattr(cfg, "quantization_config", None) is not None:
+        return "quantised weights (its forward reads plain weight tensors)"
     if getattr(cfg, "model_type", None) != "llama":
         return f"model_type {getattr(cfg, 'model_type', None)!r} is not llama"
     if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):

@@ -1,0 +1,330 @@
+"""The model card (`README.md`) of an exported run: what the model is, how it was trained, the
+run's held-out evaluation, the int8 comparison when quantised, and how to load it.
+
+    text = model_card(run, out, layout="model", dtype="fp32", comparison=None)
+
+YAML front matter as the Hugging Face hub reads it (`base_model` when the run started from a
+model with a hub id — the embedded default is SmolLM2-135M-Instruct — `library_name`, `tags`,
+`pipeline_tag`), then Markdown. The evaluation table comes from `RUN/evals.jsonl`: per held-out
+set, success before training, after the warm start, and at the last evaluation at or before the
+exported step.
+
+Not covered: fields the run cannot know (license, intended use, data provenance beyond the task
+sources' names): the card says where to add them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from honing.trainer.loop import BEFORE, WARM_START, EvalPoint
+
+if TYPE_CHECKING:
+    from honing.export.model import ExportDtype, TrainedRun
+    from honing.export.quantize import Comparison, Measurement
+    from honing.trainer.run_config import TaskSource
+
+DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+ALGORITHMS = {
+    "grpo": "GRPO",
+    "dr_grpo": "Dr. GRPO",
+    "rloo": "RLOO",
+    "reinforce_pp": "REINFORCE++",
+}
+
+
+def model_card(
+    run: TrainedRun,
+    out: Path,
+    *,
+    layout: Literal["model", "adapter"],
+    dtype: ExportDtype,
+    comparison: Comparison | None,
+) -> str:
+    """The whole README.md."""
+    parts = [
+        _front_matter(run, layout, comparison),
+        _intro(run, layout, dtype, comparison),
+        _training(run),
+        _evaluation(run),
+    ]
+    if comparison is not None:
+        parts.append(_quantisation(comparison))
+    parts.append(_usage(str(out), layout, comparison))
+    parts.append(
+        "## Limitations\n\nA small model post-trained on a narrow set of verifiable tasks: "
+        "expect the gains above on those tasks, not in general. Add the license and the "
+        "intended use of your release here.\n"
+    )
+    return "\n".join(parts)
+
+
+def _hub_id(run: TrainedRun) -> str | None:
+    from honing.rollout.models import DEFAULT_NAMES
+
+    return DEFAULT_HUB_ID if run.config.model.lower() in DEFAULT_NAMES else None
+
+
+def _front_matter(
+    run: TrainedRun, layout: Literal["model", "adapter"], comparison: Comparison | None
+) -> str:
+    tags = ["honing", "rl", run.config.learner.advantage.replace("_", "-")]
+    tags.append("lora" if run.kind == "lora" else "full-fine-tune")
+    if run.warm_started:
+        tags.append("sft")
+    if comparison is not None:
+        tags += ["torchao", "int8"]
+    lines = ["---"]
+    hub = _hub_id(run)
+    if hub is not None:
+        lines.append(f"base_model: {hub}")
+    lines.append(f"library_name: {'peft' if layout == 'adapter' else 'transformers'}")
+    lines.append("pipeline_tag: text-generation")
+    lines.append("tags:")
+    lines += [f"- {t}" for t in tags]
+    lines.append("---\n")
+    return "\n".join(lines)
+
+
+def _base_name(run: TrainedRun) -> str:
+    hub = _hub_id(run)
+    if hub is not None:
+        return f"{hub} (honing's embedded copy, dequantised from its Q4_1 GGUF)"
+    return f"`{run.config.model}`"
+
+
+def _intro(
+    run: TrainedRun,
+    layout: Literal["model", "adapter"],
+    dtype: ExportDtype,
+    comparison: Comparison | None,
+) -> str:
+    cfg = run.config
+    algorithm = ALGORITHMS.get(cfg.learner.advantage, cfg.learner.advantage)
+    domains = _domains(run)
+    what = {
+        "model": "a Hugging Face model directory",
+        "adapter": "a peft LoRA adapter, with the exact model it applies to in `base/`",
+    }[layout]
+    weights = "int8 (torchao, weight-only)" if comparison is not None else dtype
+    return (
+        f"# {cfg.name}\n\n"
+        f"{_base_name(run)} post-trained with reinforcement learning ({algorithm}) by honing "
+        f"in verifiable environments ({', '.join(domains)}): the "
+        "model acts through tools, a sandbox executes the actions, and the environments' rewards "
+        f"drive the updates. This is {what}; weights: {weights}; exported from checkpoint step "
+        f"{run.step} of the run `{run.run_dir.name}`.\n"
+    )
+
+
+def _source(source: TaskSource) -> str:
+    extra = [f"{source.count} tasks" if source.count else "", f"seed {source.seed}"
+             if source.seed is not None else "", f"tags {source.tags}" if source.tags else "",
+             f"first {source.limit}" if source.limit else ""]  # fmt: skip
+    details = ", ".join(e for e in extra if e)
+    return f"`{source.tasks}`" + (f" ({details})" if details else "")
+
+
+def _domains(run: TrainedRun) -> list[str]:
+    """The environments the training tasks ran in (the source names when they cannot be read)."""
+    from honing.errors import HoningError
+    from honing.trainer.sources import load_source
+
+    found: set[str] = set()
+    for name, source in run.config.train.items():
+        try:
+            found.update(t.domain for t in load_source(name, source).tasks)
+        except (HoningError, OSError):
+            found.add(name)
+    return sorted(found)
+
+
+def _training(run: TrainedRun) -> str:
+    cfg, learner = run.config, run.config.learner
+    rows = [("Base model", _base_name(run))]
+    if cfg.warm_start is not None:
+        ws = cfg.warm_start
+        data = f"reference tool-use traces of {_source(ws.traces)}" if ws.traces else f"`{ws.data}`"
+        rows.append(
+            (
+                "Warm start",
+                f"supervised fine-tuning on {data}: {ws.epochs} epoch(s) at lr {ws.lr:g}, "
+                "merged into the base before RL",
+            )
+        )
+    if learner.lora is not None:
+        lora = learner.lora
+        layers = f", top {lora.top_layers} layers" if lora.top_layers else ""
+        method = (
+            f"LoRA r={lora.r}, alpha={lora.alpha:g} on {', '.join(lora.target_modules)}{layers}"
+        )
+    else:
+        method = "full fine-tune (every weight)"
+    algorithm = (
+        f"{ALGORITHMS.get(learner.advantage, learner.advantage)} advantages, decoupled PPO loss "
+        f"(clip {1 - learner.eps_low:g}..{1 + learner.eps_high:g}), {learner.aggregation}-level "
+        f"aggregation, KL coefficient {learner.kl_coef:g}"
+    )
+    if learner.process_weight:
+        algorithm += f", process rewards weight {learner.process_weight:g}"
+    agent = cfg.agent
+    rows += [
+        ("Method", method),
+        ("Algorithm", algorithm),
+        (
+            "Updates",
+            f"{run.step} of {cfg.total_steps} ({cfg.groups_per_step} tasks x {cfg.n} samples per "
+            f"update), AdamW lr {learner.lr:g}, {learner.schedule} schedule",
+        ),
+        (
+            "Sampling",
+            f"temperature {agent.temperature:g}, {agent.max_turns} turn(s) of at most "
+            f"{agent.max_new_tokens} tokens",
+        ),
+        ("Training tasks", ", ".join(f"`{n}`: {_source(s)}" for n, s in cfg.train.items())),
+        (
+            "Action format",
+            'tool calls as `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` in the '
+            "base's chat template, as honing's agent loop prompts and parses them",
+        ),
+    ]
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return f"## Training\n\n| | |\n|---|---|\n{table}\n"
+
+
+def eval_columns(points: Sequence[EvalPoint], step: int) -> dict[str, dict[str, EvalPoint | None]]:
+    """Per held-out set: its `before`, `warm start` and `after` (the last evaluation at or
+    before `step` that is neither) points."""
+    table: dict[str, dict[str, EvalPoint | None]] = {}
+    for p in points:
+        row = table.setdefault(p.set, {"before": None, "warm start": None, "after": None})
+        if p.phase == BEFORE:
+            row["before"] = p
+        elif p.phase == WARM_START:
+            row["warm start"] = p
+        elif p.step <= step:
+            after = row["after"]
+            if after is None or p.step >= after.step:
+                row["after"] = p
+    return table
+
+
+def _cell(p: EvalPoint | None) -> str:
+    if p is None:
+        return "—"
+    if p.success is None:
+        return f"n/a (0/{p.total} judged)"
+    return f"{100 * p.success:.0f}% ({p.passed}/{p.total})"
+
+
+def _evaluation(run: TrainedRun) -> str:
+    table = eval_columns(run.evals, run.step)
+    if not table:
+        return "## Evaluation\n\nThe run evaluated no held-out set.\n"
+    warm = run.config.warm_start is not None
+    steps = {r["after"].step for r in table.values() if r["after"] is not None}
+    after = f"after RL (step {max(steps)})" if steps else "after RL"
+    head = ["held-out set", "before training"] + (["after warm start"] if warm else []) + [after]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, row in table.items():
+        cells = [f"`{name}`", _cell(row["before"])]
+        if warm:
+            cells.append(_cell(row["warm start"]))
+        cells.append(_cell(row["after"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    e = run.config.eval
+    sets = "; ".join(f"`{n}`: {_source(s)}" for n, s in run.config.heldout.items())
+    note = (
+        f"End-to-end success on held-out tasks never trained on ({sets}), {e.k} episode(s) per "
+        f"task at temperature {e.temperature:g}, measured during the run (`evals.jsonl`)."
+    )
+    if steps and max(steps) != run.step:
+        note += (
+            f" The exported checkpoint is step {run.step}; the last evaluation at or before it "
+            f"was at step {max(steps)}."
+        )
+    return "## Evaluation\n\n" + "\n".join(lines) + "\n\n" + note + "\n"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _success(m: Measurement, name: str) -> str:
+    for score in m.heldout:
+        if score.set == name:
+            if score.success is None:
+                return f"n/a (0/{score.total} judged)"
+            return f"{100 * score.success:.0f}% ({score.passed}/{score.total})"
+    return "—"
+
+
+def _quantisation(c: Comparison) -> str:
+    r, q = c.reference, c.quantised
+    rows = [
+        ("Size on disk (weights)", _mb(r.weight_bytes), _mb(q.weight_bytes),
+         f"{q.weight_bytes / r.weight_bytes:.2f}x"),
+        (f"CPU decode, tokens/s (greedy, batch 1, {c.new_tokens} tokens, {c.threads} threads, "
+         "best of 3)",
+         f"{r.tokens_per_s:.1f}", f"{q.tokens_per_s:.1f}",
+         f"{q.tokens_per_s / r.tokens_per_s:.2f}x"),
+    ]  # fmt: skip
+    for score in r.heldout:
+        rows.append(
+            (f"Held-out success `{score.set}`", _success(r, score.set), _success(q, score.set), "")
+        )
+    lines = [f"| | {r.label} | int8 | int8 / {r.label} |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c_} | {d} |" for a, b, c_, d in rows]
+    limit = (
+        f" (the first {c.heldout_limit} tasks of each set)" if c.heldout_limit is not None else ""
+    )
+    return (
+        "## int8 quantisation\n\n"
+        "Every linear layer's weight is int8 with one scale per output row (torchao "
+        "`Int8WeightOnlyConfig`); the embedding (and the LM head tied to it) is not quantised. "
+        f"Measured at export time against the unquantised {r.label} model, on the same CPU:\n\n"
+        + "\n".join(lines)
+        + f"\n\nHeld-out success{limit}: the run's held-out sets played exactly as during "
+        "training (same tasks, temperature, seed, turns), through honing's hf engine.\n"
+    )
+
+
+def _usage(where: str, layout: Literal["model", "adapter"], comparison: Comparison | None) -> str:
+    if layout == "adapter":
+        load = (
+            "```python\n"
+            "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+            'model = AutoModelForCausalLM.from_pretrained("THIS_DIR")  # base + adapter (peft)\n'
+            'tokenizer = AutoTokenizer.from_pretrained("THIS_DIR")\n'
+            "```\n\n"
+            "`adapter_config.json` names the absolute path of `base/` at export time. After moving "
+            "the directory, load the two explicitly:\n\n"
+            "```python\n"
+            "from peft import PeftModel\n"
+            'base = AutoModelForCausalLM.from_pretrained("NEW_DIR/base")\n'
+            'model = PeftModel.from_pretrained(base, "NEW_DIR")  # .merge_and_unload() to merge\n'
+            "```\n\n"
+            "Serve: `honing serve THIS_DIR/base` and load the adapter into it, or vLLM: "
+            "`vllm serve THIS_DIR/base --enable-lora --lora-modules policy=THIS_DIR`.\n"
+        )
+    else:
+        needs = " (needs `torchao`)" if comparison is not None else ""
+        load = (
+            "```python\n"
+            "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+            f'model = AutoModelForCausalLM.from_pretrained("THIS_DIR"){needs}\n'
+            'tokenizer = AutoTokenizer.from_pretrained("THIS_DIR")\n'
+            'messages = [{"role": "user", "content": "What is 17 * 23?"}]\n'
+            "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True,\n"
+            '                                       return_tensors="pt", return_dict=True)\n'
+            "print(tokenizer.decode(model.generate(**inputs, max_new_tokens=64)[0]))\n"
+            "```\n\n"
+            "Serve it with an OpenAI-compatible API: `honing serve THIS_DIR`, or `vllm serve "
+            "THIS_DIR` / SGLang (they read the same directory"
+            + ("; torchao int8 needs their torchao support" if comparison is not None else "")
+            + "). The chat template and `generation_config.json` stop at the end of the "
+            "assistant's turn.\n"
+        )
+    return "## How to use\n\n" + load.replace("THIS_DIR", where)

@@ -1,0 +1,539 @@
+"""`honing export`: a training run's checkpoint as a Hugging Face model directory.
+
+    result = export_run(Path("runs/quickstart"), Path("exports/quickstart"), merge_lora=True)
+    model = AutoModelForCausalLM.from_pretrained("exports/quickstart")    # unchanged loaders
+
+What a run trained, found from its directory: `config.yaml` (the run's TrainConfig), the checkpoint
+(the latest, or `step=N`) whose `learner/` holds every weight (`model.safetensors`, a full
+fine-tune) or a LoRA adapter in peft's layout, and the model the learner started from — the warm
+start's `RUN/warm_start/model` when the run had one (RL then trains a fresh adapter on top of the
+SFT model, merged), else the run's `model` (a directory, or the embedded default).
+
+Layouts written into OUT:
+
+* **model** (a full fine-tune, or LoRA with `merge_lora=True`; always with `quantize`):
+  `config.json`, `model.safetensors`, `generation_config.json`, the tokenizer and its chat
+  template (`tokenizer.json`, `tokenizer_config.json`, `chat_template.jinja`), `README.md` (the
+  model card). Loads with `AutoModelForCausalLM.from_pretrained(OUT)`, vLLM, SGLang.
+* **adapter** (LoRA without `merge_lora`): OUT is a peft adapter directory —
+  `adapter_config.json`, `adapter_model.safetensors`, the tokenizer files, the card — plus the
+  exact model it is relative to in `OUT/base/` (a model layout). That base is the run's own (the
+  warm-start model, or honing's dequantised copy of the embedded default), never a hub id: the
+  adapter's deltas are only right on top of those weights. `adapter_config.json` names the
+  absolute path of `OUT/base`, so `from_pretrained(OUT)` (with peft installed) loads base and
+  adapter; after moving OUT, load `PeftModel.from_pretrained(from_pretrained(NEW/base), NEW)`.
+
+`generation_config.json` stops on the chat template's end-of-turn token and the tokenizer's eos
+(`honing.rollout.chat` finds them), and pads with the tokenizer's pad token. `dtype` casts the
+saved weights (config.json's `dtype` follows). `quantize="int8"` writes torchao int8 weight-only
+weights (honing.export.quantize), measures them against the unquantised model (size, CPU decode
+speed, held-out success) and puts the comparison in the card and in `ExportResult.comparison`.
+
+Atomic: everything is written into a hidden `.OUT.tmp-PID` next to OUT, fsynced, and renamed to
+OUT last; a crash leaves no directory under OUT's name. OUT must not exist or be empty: an export
+never overwrites.
+
+Not covered: sharding beyond transformers' default shard size, GGUF, pushing to a hub, exporting
+a model that no run trained (a base model directory is already a transformers directory).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import torch
+
+from honing.errors import CheckpointError, ConfigError, ExportError
+from honing.trainer.checkpoint import latest_checkpoint
+from honing.trainer.loop import CONFIG_FILE, EVALS_FILE, EvalPoint, load_run_config
+from honing.trainer.run_config import TrainConfig
+from honing.trainer.warm import DONE_FILE, WARM_DIR
+
+if TYPE_CHECKING:
+    from honing.export.quantize import Comparison
+
+log = logging.getLogger(__name__)
+
+ExportDtype = Literal["bf16", "fp16", "fp32"]
+Quantize = Literal["int8"]
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+}
+QUANTIZE = ("int8",)
+BASE_DIR = "base"  # the adapter layout's copy of the model the adapter is relative to
+
+
+# -- records -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """What a run directory says was trained, and from what."""
+
+    run_dir: Path
+    config: TrainConfig
+    checkpoint: Path  # RUN/checkpoints/step-N
+    step: int  # updates done at that checkpoint
+    kind: Literal["full", "lora"]
+    base: Path  # the model directory the learner started from
+    warm_started: bool  # base is the run's warm-start (SFT) model
+    evals: tuple[EvalPoint, ...]  # RUN/evals.jsonl, in order
+
+    @property
+    def learner_dir(self) -> Path:
+        return self.checkpoint / "learner"
+
+
+@dataclass(frozen=True)
+class ExportedFile:
+    path: Path  # relative to the export directory
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What `export_run` wrote."""
+
+    out: Path
+    run_dir: Path
+    step: int
+    kind: Literal["full", "lora"]  # what the run trained
+    layout: Literal["model", "adapter"]  # see the module docstring
+    dtype: ExportDtype
+    quantize: Quantize | None
+    base: Path  # the model the learner started from
+    files: tuple[ExportedFile, ...]
+    notes: tuple[str, ...] = ()  # e.g. --merge-lora on a full fine-tune
+    comparison: Comparison | None = None  # when quantised: int8 against the unquantised model
+    seconds: float = 0.0
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the weight files (safetensors), the adapter layout's base included."""
+        return sum(f.bytes for f in self.files if f.path.suffix == ".safetensors")
+
+    def line(self) -> str:
+        """One line for the terminal."""
+        what = {"model": "model", "adapter": "LoRA adapter + base"}[self.layout]
+        weights = f"{self.quantize} weights, rest {self.dtype}" if self.quantize else self.dtype
+        text = (
+            f"exported step {self.step} of {self.run_dir} as a {what} ({weights}, "
+            f"{_mb(self.weight_bytes)}) to {self.out} in {self.seconds:.0f} s"
+        )
+        if self.comparison is not None:
+            text += "\n" + self.comparison.line()
+        return text
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+# -- finding what a run trained ----------------------------------------------------------------
+
+
+def find_run(run_dir: Path, step: int | None = None) -> TrainedRun:
+    """The run at `run_dir` and its checkpoint `step` (default: the latest)."""
+    if not (run_dir / CONFIG_FILE).is_file():
+        if not run_dir.is_dir():
+            raise ExportError(f"{run_dir}: no such directory; give the run directory (its out=)")
+        raise ExportError(
+            f"{run_dir} is not a run directory (no {CONFIG_FILE}): give the directory `honing "
+            "train` wrote, its out="
+        )
+    config = load_run_config(run_dir)
+    base, warm = _base_model(run_dir, config)
+    checkpoint = _checkpoint(run_dir, step, base)
+    manifest_path = checkpoint / "learner" / "learner.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        kind = manifest["kind"]
+        saved_step = int(json.loads((checkpoint / "meta.json").read_text())["step"])
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(
+            f"{checkpoint} is incomplete or corrupt ({type(e).__name__}: {e}): export another "
+            "checkpoint with --step, or delete this one"
+        ) from e
+    if kind not in ("full", "lora"):
+        raise CheckpointError(f"{manifest_path}: unknown learner kind {kind!r}")
+    return TrainedRun(
+        run_dir=run_dir,
+        config=config,
+        checkpoint=checkpoint,
+        step=saved_step,
+        kind=kind,
+        base=base,
+        warm_started=warm,
+        evals=tuple(read_evals(run_dir)),
+    )
+
+
+def _base_model(run_dir: Path, config: TrainConfig) -> tuple[Path, bool]:
+    """The model the RL learner started from (`honing.trainer.loop.train`): the warm start's
+    merged SFT model when the run had one, else the run's `model`."""
+    if config.warm_start is not None:
+        warm = run_dir / WARM_DIR
+        model = warm / "model"
+        if not (warm / DONE_FILE).is_file() or not (model / "config.json").is_file():
+            raise ExportError(
+                f"{run_dir}: the warm start did not finish ({warm / DONE_FILE} or {model} is "
+                "missing), so the run has no trained model yet: continue it with `honing train "
+                f"--resume {run_dir}`"
+            )
+        return model, True
+    from honing.rollout.models import resolve_model
+
+    try:
+        return resolve_model(config.model), False
+    except ConfigError as e:
+        raise ExportError(
+            f"{run_dir}: the model the run started from is not here any more ({e}). Run the "
+            "export from the directory the run was started in, or restore that model"
+        ) from e
+
+
+def _checkpoint(run_dir: Path, step: int | None, base: Path) -> Path:
+    if step is None:
+        found = latest_checkpoint(run_dir)
+        if found is None:
+            raise ExportError(
+                f"{run_dir}: the run has no checkpoint: train at least one update (a checkpoint "
+                "is written every checkpoint.every updates and at the end), or use the model it "
+                f"started from as is: {base} is already a transformers directory"
+            )
+        return found
+    path = run_dir / "checkpoints" / f"step-{step:08d}"
+    if not (path / "meta.json").is_file():
+        root = run_dir / "checkpoints"
+        steps = sorted(
+            int(p.name.removeprefix("step-"))
+            for p in (root.iterdir() if root.is_dir() else [])
+            if p.name.startswith("step-") and (p / "meta.json").is_file()
+        )
+        raise ExportError(
+            f"{run_dir} has no checkpoint of step {step}; it has "
+            + (", ".join(map(str, steps)) if steps else "none")
+            + " (older ones are deleted: checkpoint.keep)"
+        )
+    return path
+
+
+def read_evals(run_dir: Path) -> list[EvalPoint]:
+    """RUN/evals.jsonl (a torn last line from a killed run is skipped)."""
+    path = run_dir / EVALS_FILE
+    if not path.is_file():
+        return []
+    points = []
+    lines = path.read_text().splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            points.append(EvalPoint.model_validate_json(line))
+        except ValueError as e:
+            if number == len(lines):
+                continue
+            raise ExportError(f"{path}:{number} is corrupt: {e}") from e
+    return points
+
+
+# -- building the trained model ----------------------------------------------------------------
+
+
+def load_trained(run: TrainedRun, *, merge: bool) -> Any:
+    """The trained model in float32: the base with the checkpoint's weights, or (LoRA) with its
+    adapter — a `PeftModel`, or, with `merge`, the plain model with the adapter merged in."""
+    from honing.rollout.models import load_model
+
+    model = load_model(run.base, "float32")
+    if run.kind == "full":
+        _load_full(model, run.learner_dir / "model.safetensors")
+        return model
+    from peft import PeftModel, get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    adapter = run.learner_dir / "adapter_model.safetensors"
+    peft_model = PeftModel.from_pretrained(model, str(run.learner_dir))
+    saved = load_file(str(adapter))
+    loaded = get_peft_model_state_dict(peft_model)
+    differing = [n for n in saved if n not in loaded or not torch.equal(loaded[n], saved[n])]
+    if differing or len(saved) != len(loaded):
+        raise CheckpointError(
+            f"{adapter} does not fit {run.base}: {len(differing)} of {len(saved)} adapter tensors "
+            f"did not load (first: {differing[:1]}). Was the run started from another model?"
+        )
+    peft_model.eval()
+    return peft_model.merge_and_unload() if merge else peft_model
+
+
+def _load_full(model: Any, path: Path) -> None:
+    """The checkpoint's tensors, saved under the model's own parameter names (`Learner.save`)."""
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the checkpoint is incomplete")
+    saved = load_file(str(path))
+    params = dict(model.named_parameters())
+    if saved.keys() != params.keys():
+        missing, extra = sorted(params.keys() - saved.keys()), sorted(saved.keys() - params.keys())
+        raise CheckpointError(
+            f"{path} does not fit the run's base model: missing {missing[:2]}, unknown "
+            f"{extra[:2]}. Was the run started from another model?"
+        )
+    with torch.no_grad():
+        for name, param in params.items():
+            if saved[name].shape != param.shape:
+                raise CheckpointError(
+                    f"{path}: {name} is {tuple(saved[name].shape)}, the base model's "
+                    f"{tuple(param.shape)}"
+                )
+            param.copy_(saved[name])
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+def generation_config(base: Path, tokenizer: Any) -> Any:
+    """The base's generation config, stopping on the chat template's end of turn and the
+    tokenizer's eos, padding with the tokenizer's pad (else the first stop id)."""
+    from transformers import GenerationConfig
+
+    from honing.rollout.chat import ChatFormat
+
+    try:
+        config = GenerationConfig.from_pretrained(str(base))
+    except OSError:  # the base has none
+        config = GenerationConfig()  # type: ignore[no-untyped-call]
+    stops = set(ChatFormat(tokenizer).traits.stop_ids)
+    existing = config.eos_token_id
+    if isinstance(existing, int):
+        stops.add(existing)
+    elif isinstance(existing, (list, tuple)):
+        stops.update(int(i) for i in existing)
+    if not stops:
+        raise ExportError(
+            f"{base}: neither the chat template nor the tokenizer names an end-of-turn or eos "
+            "token, so generation would never stop: give the tokenizer an eos_token"
+        )
+    ordered = sorted(stops)
+    config.eos_token_id = ordered[0] if len(ordered) == 1 else ordered
+    pad = tokenizer.pad_token_id
+    config.pad_token_id = pad if isinstance(pad, int) else ordered[0]
+    if tokenizer.bos_token_id is not None:
+        config.bos_token_id = tokenizer.bos_token_id
+    return config
+
+
+def write_model(
+    model: Any, tokenizer: Any, gen_config: Any, dest: Path, dtype: ExportDtype
+) -> None:
+    """A plain transformers model directory: weights in `dtype`, config, generation config,
+    tokenizer and chat template."""
+    model = model.to(TORCH_DTYPES[dtype])
+    model.config.use_cache = True  # the learner turns it off for training
+    model.config.dtype = TORCH_DTYPES[dtype]
+    model.generation_config = gen_config
+    dest.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(dest))
+    tokenizer.save_pretrained(str(dest))
+
+
+def write_adapter(
+    peft_model: Any, tokenizer: Any, gen_config: Any, dest: Path, final: Path, dtype: ExportDtype
+) -> None:
+    """The adapter layout: the adapter in `dest` naming `final/base`, the base in `dest/base`."""
+    adapter_config = peft_model.peft_config["default"]
+    adapter_config.base_model_name_or_path = str(final.resolve() / BASE_DIR)
+    adapter_config.inference_mode = True
+    peft_model.to(TORCH_DTYPES[dtype])
+    dest.mkdir(parents=True, exist_ok=True)
+    peft_model.save_pretrained(str(dest), save_embedding_layers=False)
+    tokenizer.save_pretrained(str(dest))
+    gen_config.save_pretrained(str(dest))
+    base = peft_model.unload()  # the adapter layers taken out, never merged: the base as it was
+    write_model(base, tokenizer, gen_config, dest / BASE_DIR, dtype)
+
+
+def _check_out(out: Path) -> None:
+    if out.exists():
+        if not out.is_dir():
+            raise ExportError(f"--out {out} is a file: give a new directory")
+        if any(out.iterdir()):
+            raise ExportError(
+                f"--out {out} exists and is not empty: an export never overwrites; give a new "
+                "directory or remove this one"
+            )
+
+
+def _remove_leftovers(out: Path) -> None:
+    """What a killed export to `out` left (`.OUT.tmp-PID`, `.OUT.unquantised-PID` of a dead
+    PID, or of this process)."""
+    for kind in ("tmp", "unquantised"):
+        for path in out.parent.glob(f".{out.name}.{kind}-*"):
+            pid = path.name.rsplit("-", 1)[1]
+            if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+                log.info("export: removing %s, left by an interrupted export", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _publish_tree(directory: Path) -> None:
+    """Readable as the umask allows (some writers create 0600 files: a server running as
+    another user could not read them), and fsynced."""
+    from honing.store.files import sync_dir
+
+    umask = os.umask(0)
+    os.umask(umask)
+    for dirpath, _dirs, files in os.walk(directory):
+        for name in files:
+            os.chmod(os.path.join(dirpath, name), 0o666 & ~umask)
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        sync_dir(Path(dirpath))
+
+
+def _files(directory: Path) -> tuple[ExportedFile, ...]:
+    return tuple(
+        ExportedFile(p.relative_to(directory), p.stat().st_size)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    )
+
+
+# -- the entry point ---------------------------------------------------------------------------
+
+
+def export_run(
+    run_dir: Path,
+    out: Path,
+    *,
+    merge_lora: bool = False,
+    dtype: str = "fp32",
+    quantize: str | None = None,
+    step: int | None = None,
+    heldout_limit: int | None = None,
+    measure_tokens: int = 64,
+) -> ExportResult:
+    """Export checkpoint `step` (default: the latest) of the run at `run_dir` into `out` (see the
+    module docstring). `quantize="int8"` also measures the int8 model against the unquantised
+    one: `heldout_limit` evaluates only the first N tasks of each held-out set (default: all),
+    `measure_tokens` greedy tokens are timed for the CPU decode speed."""
+    started = time.monotonic()
+    if dtype not in TORCH_DTYPES:
+        raise ExportError(f"--dtype {dtype!r}: allowed: {', '.join(TORCH_DTYPES)}")
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ExportError(f"--quantize {quantize!r}: allowed: {', '.join(QUANTIZE)}")
+    dtype_ = cast(ExportDtype, dtype)
+    quantize_ = cast(Quantize | None, quantize)
+    if heldout_limit is not None and heldout_limit < 1:
+        raise ExportError(f"heldout_limit {heldout_limit}: must be at least 1 (or None: all)")
+    _check_out(out)
+    run = find_run(run_dir, step)
+    notes: list[str] = []
+    if run.kind == "full" and merge_lora:
+        notes.append("--merge-lora: the run is a full fine-tune (no adapter); nothing to merge")
+    if run.kind == "lora" and quantize is not None and not merge_lora:
+        raise ExportError(
+            f"--quantize {quantize} quantises a plain model, and this run trained a LoRA adapter: "
+            "add --merge-lora (the adapter is merged into the base, then quantised)"
+        )
+    layout: Literal["model", "adapter"] = (
+        "adapter" if run.kind == "lora" and not merge_lora else "model"
+    )
+    from honing.rollout.models import load_tokenizer
+
+    tokenizer = load_tokenizer(run.base)
+    gen_config = generation_config(run.base, tokenizer)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(out)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    scratch = out.parent / f".{out.name}.unquantised-{os.getpid()}"
+    comparison = None
+    log.info("export: %s step %d (%s, base %s) -> %s", run_dir, run.step, run.kind, run.base, out)
+    try:
+        model = load_trained(run, merge=layout == "model")
+        if layout == "adapter":
+            write_adapter(model, tokenizer, gen_config, tmp, out, dtype_)
+        elif quantize is None:
+            write_model(model, tokenizer, gen_config, tmp, dtype_)
+        else:
+            from honing.export.quantize import compare, quantize_int8
+
+            shutil.rmtree(scratch, ignore_errors=True)
+            write_model(model, tokenizer, gen_config, scratch, dtype_)
+            del model
+            quantize_int8(scratch, tmp, dtype_)
+            comparison = compare(
+                run.config,
+                scratch,
+                tmp,
+                dtype=dtype_,
+                heldout_limit=heldout_limit,
+                new_tokens=measure_tokens,
+            )
+        from honing.export.card import model_card
+
+        card = model_card(run, out, layout=layout, dtype=dtype_, comparison=comparison)
+        (tmp / "README.md").write_text(card)
+        _publish_tree(tmp)
+        _check_out(out)  # still free (another process may have written it meanwhile)
+        if out.exists():
+            out.rmdir()  # empty: replaced by the rename
+        os.rename(tmp, out)
+        from honing.store.files import sync_dir
+
+        sync_dir(out.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+    result = ExportResult(
+        out=out,
+        run_dir=run_dir,
+        step=run.step,
+        kind=run.kind,
+        layout=layout,
+        dtype=dtype_,
+        quantize=quantize_,
+        base=run.base,
+        files=_files(out),
+        notes=tuple(notes),
+        comparison=comparison,
+        seconds=time.monotonic() - started,
+    )
+    for note in notes:
+        log.info("export: %s", note)
+    log.info("export: %s", result.line())
+    return result
+
+
+__all__ = [
+    "ExportDtype",
+    "ExportResult",
+    "ExportedFile",
+    "TrainedRun",
+    "export_run",
+    "find_run",
+    "load_trained",
+    "read_evals",
+]
