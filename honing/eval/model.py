@@ -28,7 +28,7 @@ from honing.eval.runner import EvalReport, check_domains, report
 from honing.rollout.agent import AgentConfig, InfraFailure, run_episode
 from honing.rollout.engines.base import Engine
 from honing.sandbox import SandboxPool
-from honing.store.records import Ending
+from honing.store.records import Ending, Trajectory
 from honing.tasks.load import AnyTask, TaskSet
 
 
@@ -39,8 +39,11 @@ async def play(
     pool: SandboxPool,
     config: EnvConfig,
     agent: AgentConfig,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
 ) -> Episode:
-    """One episode of `task` played by `engine`, every step recorded."""
+    """One episode of `task` played by `engine`, every step recorded. `on_trajectory` receives
+    the agent loop's trajectory (timings included; an infrastructure failure's partial one is
+    flagged `Ending.INFRA_ERROR`, `failure="infra:<stage>"`, as the scheduler does)."""
     env = registry.make_env(task.domain, pool, config)
     steps: list[Step] = []
 
@@ -52,7 +55,14 @@ async def play(
         trajectory = await run_episode(task, env, engine, agent, sample=sample, on_step=record)
     except InfraFailure as exc:
         error = f"{exc.stage}: {exc.cause}"
+        if on_trajectory is not None and exc.trajectory is not None:
+            partial = exc.trajectory
+            partial.ending, partial.failure = Ending.INFRA_ERROR, f"infra:{exc.stage}"
+            partial.detail = exc.cause
+            on_trajectory(partial)
         return Episode(task.id, task.domain, tags, sample, tuple(steps), error=error)
+    if on_trajectory is not None:
+        on_trajectory(trajectory)
     stopped = trajectory.ending in (Ending.STOPPED, Ending.CONTEXT_LIMIT, Ending.TIMEOUT)
     return Episode(task.id, task.domain, tags, sample, tuple(steps), stopped=stopped)
 
@@ -68,8 +78,11 @@ async def evaluate_engine(
     agent: AgentConfig,
     concurrency: int = 32,
     on_episode: Callable[[Episode], None] | None = None,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
 ) -> EvalReport:
-    """`k` episodes of every task played by `engine`; the report of the three tiers."""
+    """`k` episodes of every task played by `engine`; the report of the three tiers.
+    `on_episode` / `on_trajectory`: called as each episode ends, with its eval record / the agent
+    loop's trajectory (timings, tokens; for logging, see `play`)."""
     if k < 1:
         raise ConfigError(f"k must be at least 1, not {k}")
     check_domains(taskset.tasks)
@@ -79,7 +92,7 @@ async def evaluate_engine(
 
     async def one(task: AnyTask, sample: int) -> Episode:
         async with limit:
-            episode = await play(task, sample, engine, pool, env_config, agent)
+            episode = await play(task, sample, engine, pool, env_config, agent, on_trajectory)
         if on_episode is not None:
             on_episode(episode)
         return episode

@@ -19,11 +19,18 @@ Run directory:
     config.yaml          the resolved config          metrics.jsonl   one line per update
     trajectories/        the store (Parquet)          evals.jsonl     one line per held-out eval
     checkpoints/         learner + loop state         result.json     the final summary
+    events.jsonl         the event log (every episode, update, sync, eval, checkpoint…)
+    tensorboard/         the metric sinks' files (mlflow/, wandb/ when switched on)
     warm_start/          the SFT warm-start model, when configured
+
+Observability (honing.observe, docs/observability.md): the run's event log is the current one
+while it runs (`honing.observe.events.use`), so the layers below may emit into it too; each
+update's metrics go to the sinks of `config.observe`; a `RunProgress` shows it live.
 
 Exact resume: a checkpoint holds the learner (weights or adapter, optimiser, schedule), the RNG
 states and the loop state (step, the mixer's cursors, the store's row count, the evaluation
-history). Resuming rewinds the store and the logs to the checkpoint, so the steps after it are
+history). Resuming rewinds the store and the logs (events.jsonl and TensorBoard included) to the
+checkpoint, so the steps after it are
 regenerated: never lost, never doubled. No episode is in flight at a checkpoint (they are taken
 between steps). With `deterministic: true` a resumed run ends with the same weights, bit for bit,
 as an uninterrupted one.
@@ -53,10 +60,21 @@ from honing.envs import registry
 from honing.errors import ConfigError
 from honing.eval.metrics import Episode
 from honing.eval.model import evaluate_engine
+from honing.observe.events import EventLog, emit, truncate_events, use
+from honing.observe.metrics import (
+    Timings,
+    episode_fields,
+    eval_scalars,
+    staleness,
+    staleness_counts,
+    update_metrics,
+)
+from honing.observe.progress import RunProgress
+from honing.observe.sinks import MetricSink, close_sinks, log_to, make_sinks
 from honing.rollout.agent import AgentConfig, Gate, run_episode
 from honing.rollout.engines.base import Engine, SamplingParams
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
-from honing.sandbox import SandboxPool
+from honing.sandbox import PoolUsage, SandboxPool
 from honing.store import TrajectoryWriter, rewind
 from honing.store.records import Trajectory
 from honing.tasks.load import AnyTask, TaskSet
@@ -71,6 +89,7 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 EVALS_FILE = "evals.jsonl"
+EVENTS_FILE = "events.jsonl"
 RESULT_FILE = "result.json"
 BEFORE = "before"  # the phase name of the starting model's evaluation
 WARM_START = "warm start"  # ... and of the warm-started model's
@@ -263,15 +282,17 @@ def _truncate_log(path: Path, step: int) -> None:
 
 
 class _EvalProgress:
-    """Logs an evaluation's progress at each quarter."""
+    """Logs an evaluation's progress at each quarter (and shows it live, when shown)."""
 
-    def __init__(self, name: str, total: int) -> None:
-        self.name, self.total = name, total
+    def __init__(self, name: str, total: int, live: RunProgress | None = None) -> None:
+        self.name, self.total, self.live = name, total, live
         self.done = self.passed = 0
 
     def __call__(self, episode: Episode) -> None:
         self.done += 1
         self.passed += int(episode.success)
+        if self.live is not None:
+            self.live.activity(f"eval {self.name} {self.done}/{self.total}")
         if self.done % max(1, self.total // 4) == 0 and self.done < self.total:
             log.info(
                 "eval %s: %d/%d episodes, %d passed", self.name, self.done, self.total, self.passed
@@ -290,6 +311,8 @@ class Trainer:
         *,
         on_step: Callable[[StepReport], None] | None = None,
         on_eval: Callable[[EvalPoint], None] | None = None,
+        sinks: Sequence[MetricSink] = (),
+        progress: RunProgress | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
@@ -299,6 +322,8 @@ class Trainer:
         self.run_dir = config.out
         self.on_step = on_step
         self.on_eval = on_eval
+        self.sinks = sinks
+        self.progress = progress
         self.env_config = config.env.model_copy(update={"max_steps": config.agent.max_turns})
         self.train_sets = {n: load_source(n, s) for n, s in config.train.items()}
         seen = list(self.train_sets.values())  # held-out sets stay unseen, warm start included
@@ -335,9 +360,15 @@ class Trainer:
         """Every held-out set, now; recorded in the state and `evals.jsonl`."""
         points = []
         agent = self.agent_config(self.config.eval.temperature, self.config.seed)
+        step = self.state.step
         for name, taskset in self.heldout.items():
             total = len(taskset.tasks) * self.config.eval.k
             log.info("eval %s (%s): %d episodes", name, phase, total)
+
+            def logged(trajectory: Trajectory, set_name: str = name) -> None:
+                fields = episode_fields(trajectory, split="eval", set=set_name, staleness=None)
+                emit("episode", step, **fields)
+
             report = await evaluate_engine(
                 taskset,
                 self.engine,
@@ -346,7 +377,8 @@ class Trainer:
                 k=self.config.eval.k,
                 config=self.env_config,
                 agent=agent,
-                on_episode=_EvalProgress(name, total),
+                on_episode=_EvalProgress(name, total, self.progress),
+                on_trajectory=logged,
             )
             e2e = report.end_to_end
             point = EvalPoint(
@@ -377,6 +409,8 @@ class Trainer:
             points.append(point)
             self.state.evals.append(point)
             _append_json(self.run_dir / EVALS_FILE, point.model_dump(mode="json"))
+            emit("eval", step, **point.model_dump(mode="json", exclude={"step"}))
+            log_to(self.sinks, step, eval_scalars(name, point.success, point.well_formed))
             if self.on_eval is not None:
                 self.on_eval(point)
         return points
@@ -404,14 +438,12 @@ class Trainer:
                     step=point.step,
                 )
                 found.append(event)
-                log.warning(
-                    "forgetting: held-out %s fell from %.0f%% (step %d) to %.0f%% after phase %r",
-                    point.set,
-                    100 * best.success,
-                    best.step,
-                    100 * point.success,
-                    phase,
+                message = (
+                    f"forgetting: held-out {point.set} fell from {100 * best.success:.0f}% "
+                    f"(step {best.step}) to {100 * point.success:.0f}% after phase {phase!r}"
                 )
+                log.warning("%s", message)
+                emit("warning", point.step, message=message)
         self.state.forgetting.extend(found)
         return found
 
@@ -422,13 +454,22 @@ class Trainer:
         step = self.state.step
         _, phase = cfg.phase_at(step)
         drawn = self.mixer.draw(step, phase.train, cfg.groups_per_step, self.state.cursors)
+        usage = self.pool.usage()
+        self._activity("rollout")
         started = time.perf_counter()
         groups = await sched.run_all([task for _, task in drawn])
         rollout_s = time.perf_counter() - started
+        assert self.learner is not None
+        version = self.learner.version  # the policy the learner is at when it trains on them
+        lags: list[int | None] = []
         for group, (source, _) in zip(groups, drawn, strict=True):
             group.trajectories.sort(key=lambda t: t.sample)
             for trajectory in group.trajectories:
                 trajectory.dataset = self.train_sets[source].name
+                lag = staleness(trajectory, version)
+                lags.append(lag)
+                fields = episode_fields(trajectory, split="train", set=source, staleness=lag)
+                emit("episode", step + 1, **fields)
         for group in groups:
             await writer.add_group(group)
         await writer.flush()
@@ -437,10 +478,12 @@ class Trainer:
         if not self.checked_match:
             self.checked_match = True
             self._check_match(trajectories)
-        assert self.learner is not None
+        self._activity("update")
         stats = self.learner.update(groups)
+        self._activity("sync")
         sync = await sync_weights(self.learner, self.engine)
         self.state.step += 1
+        emit("sync", self.state.step, seconds=sync.seconds, mode=sync.mode)
         sources: dict[str, int] = {}
         for name, _ in drawn:
             sources[name] = sources.get(name, 0) + 1
@@ -472,7 +515,65 @@ class Trainer:
             "time": time.time(),
         }
         _append_json(self.run_dir / METRICS_FILE, record)
+        self._observe(report, trajectories, lags, version, self.pool.usage().since(usage))
         return report
+
+    def _observe(
+        self,
+        r: StepReport,
+        trajectories: Sequence[Trajectory],
+        lags: Sequence[int | None],
+        version: int,
+        used: PoolUsage,
+    ) -> None:
+        """One update's events (update, sandbox), its metrics to the sinks, the live line."""
+        learner = {k: getattr(r.stats, k) for k in r.stats.__dataclass_fields__}
+        metrics = update_metrics(
+            trajectories,
+            learner_version=version,
+            learner=learner,
+            timings=Timings(rollout_s=r.rollout_s, update_s=r.update_s, sync_s=r.sync_s),
+            busy_fraction=used.busy_fraction,
+        )
+        tokens_per_s = metrics.scalars.get("throughput/tokens_per_s", 0.0)
+        episodes_per_s = metrics.scalars.get("throughput/episodes_per_s", 0.0)
+        emit(
+            "update",
+            r.step,
+            phase=r.phase,
+            episodes=r.episodes,
+            success_rate=r.success_rate,
+            reward_mean=r.reward_mean,
+            infra_errors=r.infra_errors,
+            rollout_s=r.rollout_s,
+            update_s=r.update_s,
+            sync_s=r.sync_s,
+            tokens_per_s=tokens_per_s,
+            episodes_per_s=episodes_per_s,
+            staleness=staleness_counts(lags),
+            learner=learner,
+        )
+        emit(
+            "sandbox",
+            r.step,
+            cells=used.cells,
+            busy_fraction=used.busy_fraction,
+            queued=used.queued,
+            runs=used.runs,
+        )
+        log_to(self.sinks, r.step, metrics.scalars, metrics.histograms)
+        if self.progress is not None:
+            self.progress.step(
+                r.step,
+                success=r.success_rate,
+                reward=r.reward_mean,
+                tokens_per_s=tokens_per_s,
+                episodes_per_s=episodes_per_s,
+            )
+
+    def _activity(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.activity(text)
 
     def _check_match(self, trajectories: Sequence[Trajectory]) -> None:
         scored = [
@@ -484,11 +585,13 @@ class Trainer:
         report = check_logprob_match(self.learner, scored[:8])
         log.info("start-up check: engine vs learner %s", report)
         if report.max_abs_diff > 1e-2:
-            log.warning(
-                "engine and learner disagree on logprobs (max |diff| %.2e): the importance "
-                "weights will correct it, but check the engine's dtype and temperature",
-                report.max_abs_diff,
+            message = (
+                f"engine and learner disagree on logprobs (max |diff| {report.max_abs_diff:.2e}): "
+                "the importance weights will correct it, but check the engine's dtype and "
+                "temperature"
             )
+            log.warning("%s", message)
+            emit("warning", self.state.step + 1, message=message)
 
     # -- the run --
 
@@ -517,6 +620,10 @@ class Trainer:
         ):
             while self.state.step < total:
                 index, phase = cfg.phase_at(self.state.step)
+                if self.state.step == sum(p.steps for p in cfg.schedule[:index]):
+                    emit("phase", self.state.step + 1, name=phase.name)  # its first update
+                if self.progress is not None:
+                    self.progress.phase(phase.name)
                 report = await self.step(sched, writer)
                 self._progress(report, total)
                 if self.on_step is not None:
@@ -528,6 +635,7 @@ class Trainer:
                     if phase_end:
                         self.check_forgetting(phase.name, points)
                 if done % cfg.checkpoint.every == 0 or done == total:
+                    self._activity("checkpoint")
                     self.checkpoint()
         last = max((p.step for p in self.state.evals), default=0)
         after = {p.set: p for p in self.state.evals if p.step == last}
@@ -543,6 +651,14 @@ class Trainer:
             evals=list(self.state.evals),
         )
         (self.run_dir / RESULT_FILE).write_text(json.dumps(result_json(result), indent=2))
+        emit(
+            "run_end",
+            result.steps,
+            steps=result.steps,
+            elapsed_s=result.elapsed_s,
+            heldout_before=TrainResult.pooled(result.before),
+            heldout_after=TrainResult.pooled(result.after),
+        )
         return result
 
     def elapsed(self) -> float:
@@ -550,6 +666,7 @@ class Trainer:
 
     def checkpoint(self) -> None:
         assert self.learner is not None
+        started = time.perf_counter()
         state = self.state.model_copy(update={"elapsed_s": self.elapsed()})
         path = save_checkpoint(
             self.run_dir,
@@ -559,6 +676,8 @@ class Trainer:
             keep=self.config.checkpoint.keep,
         )
         log.info("checkpoint %s", path)
+        seconds = time.perf_counter() - started
+        emit("checkpoint", self.state.step, path=str(path), seconds=seconds)
 
     def _progress(self, r: StepReport, total: int) -> None:
         per_step = (time.monotonic() - self.loop_started) / max(1, r.step - self.first_step)
@@ -610,9 +729,11 @@ async def train(
     engine: Engine | None = None,
     on_step: Callable[[StepReport], None] | None = None,
     on_eval: Callable[[EvalPoint], None] | None = None,
+    progress: RunProgress | None = None,
 ) -> TrainResult:
     """Run (or, with `resume`, continue) the closed loop described by `config`. `engine`: an
     engine built by the caller (tests: a scripted engine); default: an hf engine on the policy.
+    `progress`: a live display to drive (`RunProgress(console, quiet=...)`); stopped at the end.
 
     Order: held-out evaluation of the starting model ("before"), the warm start if configured
     (then evaluated again, "warm start"), then the updates. A resumed run with a checkpoint
@@ -626,11 +747,63 @@ async def train(
         if resume:
             log.info("resuming %s: no checkpoint yet, starting from the beginning", run_dir)
         _rewind(run_dir, LoopState())
+    # The event log and the sinks start where the run continues: its checkpoint, or nothing.
+    resumed_at = _checkpoint_step(checkpoint) if checkpoint is not None else 0
+    truncate_events(run_dir / EVENTS_FILE, resumed_at if checkpoint is not None else None)
+    params = config.model_dump(mode="json")
+    sinks = make_sinks(
+        config.observe,
+        run_dir,
+        run_name=config.name,
+        params=params,
+        resume_step=resumed_at if checkpoint is not None else (-1 if resume else None),
+    )
+    with contextlib.ExitStack() as stack:
+        stack.callback(close_sinks, sinks)
+        if progress is not None:
+            stack.callback(progress.stop)
+        events = stack.enter_context(EventLog(run_dir / EVENTS_FILE))
+        stack.enter_context(use(events))
+        emit(
+            "run_start",
+            resumed_at,
+            name=config.name,
+            model=config.model,
+            resumed=resume,
+            config=params,
+        )
+        if progress is not None:
+            progress.start(config.total_steps, resumed_at, name=config.name)
+        return await _train(
+            config, run_dir, checkpoint, engine, started, on_step, on_eval, sinks, progress
+        )
+
+
+async def _train(
+    config: TrainConfig,
+    run_dir: Path,
+    checkpoint: Path | None,
+    engine: Engine | None,
+    started: float,
+    on_step: Callable[[StepReport], None] | None,
+    on_eval: Callable[[EvalPoint], None] | None,
+    sinks: Sequence[MetricSink],
+    progress: RunProgress | None,
+) -> TrainResult:
     own_engine = engine is None
     engine = engine or _engine(config, config.model)
     try:
         async with SandboxPool(config.sandbox) as pool:
-            trainer = Trainer(config, engine, pool, LoopState(), on_step=on_step, on_eval=on_eval)
+            trainer = Trainer(
+                config,
+                engine,
+                pool,
+                LoopState(),
+                on_step=on_step,
+                on_eval=on_eval,
+                sinks=sinks,
+                progress=progress,
+            )
             trainer.started = started
             if checkpoint is None and config.eval.before and trainer.heldout:
                 await trainer.evaluate(BEFORE)
@@ -673,6 +846,11 @@ def _engine(config: TrainConfig, model: str) -> Engine:
         prefix_cache=config.engine.prefix_cache and not config.deterministic,
         seed=config.seed,
     )
+
+
+def _checkpoint_step(checkpoint: Path) -> int:
+    """The step of a checkpoint directory (`step-00000012` -> 12)."""
+    return int(checkpoint.name.removeprefix("step-"))
 
 
 def _rewind(run_dir: Path, state: LoopState) -> None:

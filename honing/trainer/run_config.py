@@ -11,6 +11,7 @@
       - {name: math+code, steps: 10, train: [math, code]}
     learner: {...}                     # honing.trainer.config.LearnerConfig
     agent / engine / eval / checkpoint / warm_start / sandbox / env
+    observe: {tensorboard: true, mlflow: false, wandb: false}   # metric sinks (honing.observe)
 
 Covered: the sections, their defaults and validation (errors name the key and what is allowed),
 and the cross-checks between them (a phase naming an unknown source, deterministic mode). Not
@@ -25,6 +26,7 @@ from pydantic import Field, model_validator
 
 from honing.config import SandboxConfig, StrictModel
 from honing.envs.base import EnvConfig
+from honing.observe.sinks import ObserveConfig
 from honing.rollout.engines import Dtype
 from honing.trainer.config import LearnerConfig
 
@@ -165,6 +167,11 @@ class TrainConfig(StrictModel):
     sandbox: SandboxConfig = SandboxConfig()
     env: EnvConfig = Field(
         default_factory=EnvConfig, description="Reward weights and limits of the environments."
+    )
+    observe: ObserveConfig = Field(
+        default_factory=ObserveConfig,
+        description="Metric sinks (TensorBoard on by default; MLflow, W&B offline); the event "
+        "log RUN_DIR/events.jsonl is always written.",
     )
 
     @model_validator(mode="after")
