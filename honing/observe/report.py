@@ -386,14 +386,14 @@ def _episode_from_trajectory(step: int, t: Trajectory, learner: int | None) -> E
 def _episodes_from_events(
     events: Sequence[dict[str, Any]], updates: Sequence[UpdatePoint]
 ) -> list[EpisodePoint]:
-    """Episode events, each with the update that trained on it: an event's step is the updates
-    done when it happened, so the next one (without a step: the first update logged after it)."""
+    """Episode events, each with the update that trained on it: a training episode's step is
+    that update, counted from 1 (without a step: the first update logged after it)."""
     times = [(u.time, u.step) for u in updates if u.time is not None]
     out = []
     for e in events:
         t, done = _float(e.get("t")), _int_or_none(e.get("step"))
         if done is not None:
-            step = done + 1
+            step = done
         else:
             step = next((s for ut, s in times if t is not None and ut >= t), 0)
         stale = e.get("staleness")

@@ -174,6 +174,9 @@ class Opened:
 def test_a_real_runs_report_renders_in_chromium(
     real_run: Path, browser: Any, tmp_path: Path
 ) -> None:
+    data = load_run(real_run)  # the loop wrote events.jsonl: the episodes come from it
+    assert "events.jsonl" in data.sources
+    assert [e.step for e in data.episodes] == [s for s in range(1, STEPS + 1) for _ in range(4)]
     out = build_report(real_run, tmp_path / "report.html")
     assert out == tmp_path / "report.html"
     opened = Opened(browser, out)
@@ -245,7 +248,7 @@ def test_events_are_preferred_when_the_run_has_them(real_run: Path, tmp_path: Pa
             lines.append(
                 _event(
                     "episode",
-                    step - 1,
+                    step,
                     10.0 * step + sample,
                     split="train",
                     set="add",
