@@ -41,7 +41,7 @@ from honing.config import SandboxConfig, default_home, validate_model
 from honing.envs.base import EnvConfig
 from honing.errors import ConfigError, HoningError, SandboxError
 from honing.eval import POLICIES, EvalReport, Tiers, check_domains, evaluate, make_policy
-from honing.observe.progress import EpisodeProgress
+from honing.observe.progress import EpisodeProgress, RunProgress
 from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
 from honing.tasks import CodeTask, TaskSet, Verification, apply_quality_filter, load_tasks
 from honing.tasks.quality import code_program
@@ -715,6 +715,7 @@ def train_command(
     resume: Annotated[
         Path | None, typer.Option(help="Continue this run directory from its latest checkpoint.")
     ] = None,
+    quiet: Quiet = False,
 ) -> None:
     """Post-train a model with RL: rollouts in the environments, rewards, updates, weight sync,
     held-out evaluation and checkpoints (see examples/quickstart.yaml). The last line compares
@@ -742,7 +743,8 @@ def train_command(
             if config is None:
                 raise ConfigError("give a config file (honing train CONFIG.yaml), or --resume RUN")
             cfg = load_yaml_model(Path(config), TrainConfig, items)
-        result = asyncio.run(train(cfg, resume=resume is not None))
+        progress = RunProgress(err, quiet=quiet)
+        result = asyncio.run(train(cfg, resume=resume is not None, progress=progress))
     except HoningError as exc:
         raise _fail(str(exc)) from exc
     except KeyboardInterrupt:
@@ -753,8 +755,9 @@ def train_command(
         fell = f"{100 * event.best:.0f}% to {100 * event.now:.0f}%"
         err.print(f"[yellow]forgetting[/]: {event.set} fell from {fell} after phase "
                   f"{event.phase!r}", highlight=False)  # fmt: skip
-    err.print(f"run: {result.run_dir} (metrics.jsonl, evals.jsonl, trajectories/, "
-              "checkpoints/)", highlight=False)  # fmt: skip
+    err.print(f"run: {result.run_dir} (events.jsonl, metrics.jsonl, evals.jsonl, tensorboard/, "
+              f"trajectories/, checkpoints/); the report: honing report {result.run_dir}",
+              highlight=False)  # fmt: skip
     typer.echo(result.line(cfg.name))
 
 
@@ -797,6 +800,62 @@ def report_command(
         raise _fail(str(exc)) from exc
     err.print(f"report: open {path} in a browser", highlight=False)
     typer.echo(str(path))
+
+
+@app.command("export")
+def export_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (honing train's out).")],
+    out: Annotated[
+        Path, typer.Option(help="The directory to write (must not exist, or be empty).")
+    ],
+    merge_lora: Annotated[
+        bool,
+        typer.Option(
+            "--merge-lora",
+            help="LoRA runs: merge the adapter into the weights (a plain model directory); "
+            "without it, a peft adapter directory with its base model in OUT/base.",
+        ),
+    ] = False,
+    dtype: Annotated[
+        str, typer.Option(help="The saved weights' dtype: bf16, fp16, fp32.")
+    ] = "fp32",
+    quantize: Annotated[
+        str | None,
+        typer.Option(
+            help="int8: torchao weight-only int8; also measures size, CPU speed and held-out "
+            "success against the unquantised model (in the card)."
+        ),
+    ] = None,
+    step: Annotated[
+        int | None, typer.Option(help="The checkpoint to export (default: the latest).")
+    ] = None,
+    heldout_limit: Annotated[
+        int | None,
+        typer.Option(help="--quantize: evaluate only the first N tasks of each held-out set."),
+    ] = None,
+) -> None:
+    """A run's trained model as a Hugging Face directory (safetensors, tokenizer, chat template,
+    generation config) that transformers, vLLM and SGLang load unchanged, with a model card
+    holding the run's evaluation table. Serve it with `honing serve OUT`."""
+    from honing.export import export_run
+
+    _log_to_stderr()
+    try:
+        result = export_run(run_dir, out, merge_lora=merge_lora, dtype=dtype, quantize=quantize,
+                            step=step, heldout_limit=heldout_limit)  # fmt: skip
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    for note in result.notes:
+        err.print(f"note: {note}", highlight=False)
+    size = sum(f.bytes for f in result.files)
+    err.print(f"exported step {result.step} of {run_dir} ({result.kind}, {result.layout} layout, "
+              f"{result.dtype}{', ' + result.quantize if result.quantize else ''}): "
+              f"{len(result.files)} files, {size / 1e6:.0f} MB in {result.seconds:.0f}s",
+              highlight=False)  # fmt: skip
+    if result.comparison is not None:
+        err.print(result.comparison.line(), highlight=False)
+    err.print(f"serve it: honing serve {result.out}", highlight=False)
+    typer.echo(str(result.out))
 
 
 @app.command("serve")
