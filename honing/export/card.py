@@ -287,7 +287,12 @@ def _quantisation(c: Comparison) -> str:
         f"Measured at export time against the unquantised {r.label} model, on the same CPU:\n\n"
         + "\n".join(lines)
         + f"\n\nHeld-out success{limit}: the run's held-out sets played exactly as during "
-        "training (same tasks, temperature, seed, turns), through honing's hf engine.\n"
+        "training (same tasks, temperature, seed, turns), through honing's hf engine; the int8 "
+        "weights are dequantised once for it (their exact values, so the same function up to "
+        "float rounding order). CPU decode: `model.generate` on this directory as loaded by "
+        "transformers; in eager PyTorch, torchao's int8 weight-only CPU kernel converts each "
+        "weight to float at every call, so int8 saves memory and disk here rather than time "
+        "(torch.compile or a GPU kernel fuses the conversion).\n"
     )
 
 

@@ -345,6 +345,27 @@ def write_model(
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(dest))
     tokenizer.save_pretrained(str(dest))
+    for_older_readers(dest)
+
+
+def for_older_readers(dest: Path) -> None:
+    """Two keys that transformers 4 readers (vLLM or SGLang pinned to it) need and transformers 5
+    reads the same: `rope_theta` beside `rope_parameters` (else they silently fall back to the
+    default theta), and the tokenizer class by its v4 name, `PreTrainedTokenizerFast` (in v5 an
+    alias of `TokenizersBackend`)."""
+    config_path = dest / "config.json"
+    if config_path.is_file():  # an adapter directory has none
+        config = json.loads(config_path.read_text())
+        rope = config.get("rope_parameters")
+        if isinstance(rope, dict) and "rope_theta" in rope and "rope_theta" not in config:
+            config["rope_theta"] = rope["rope_theta"]
+            config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tokenizer_path = dest / "tokenizer_config.json"
+    if tokenizer_path.is_file():
+        tok = json.loads(tokenizer_path.read_text())
+        if tok.get("tokenizer_class") == "TokenizersBackend":
+            tok["tokenizer_class"] = "PreTrainedTokenizerFast"
+            tokenizer_path.write_text(json.dumps(tok, indent=2) + "\n")
 
 
 def write_adapter(
@@ -359,6 +380,7 @@ def write_adapter(
     peft_model.save_pretrained(str(dest), save_embedding_layers=False)
     tokenizer.save_pretrained(str(dest))
     gen_config.save_pretrained(str(dest))
+    for_older_readers(dest)
     base = peft_model.unload()  # the adapter layers taken out, never merged: the base as it was
     write_model(base, tokenizer, gen_config, dest / BASE_DIR, dtype)
 

@@ -19,8 +19,12 @@ Measured for both models, with the same settings:
   alike), on this machine's CPU with torch's default threads;
 * held-out success: the run's held-out sets evaluated exactly as `honing train` evaluates them
   (the same sets with training tasks left out, temperature, seed, turns and environment limits:
-  `honing.trainer.loop.Trainer.evaluate`), through the hf engine over each directory (the int8
-  model takes its generic path: honing's Llama fast path reads plain weight tensors).
+  `honing.trainer.loop.Trainer.evaluate`), through the hf engine over each directory. The int8
+  model is evaluated with its weights dequantised once (`load_dequantised`: exactly the int8
+  values times their scales, the same function up to float rounding order), so that it runs on
+  the engine's batched fast path: the engine can run the torchao model itself (its generic path,
+  one sequence at a time), but torchao's eager CPU kernel converts every weight to float at every
+  token, and a 32-task evaluation would take many minutes.
 
 Not covered: int4 or activation quantisation, GPU speed, calibration data sets.
 """
@@ -37,7 +41,7 @@ from typing import Any
 import torch
 
 from honing.errors import ExportError
-from honing.export.model import TORCH_DTYPES, ExportDtype
+from honing.export.model import TORCH_DTYPES, ExportDtype, for_older_readers
 from honing.trainer.run_config import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -131,6 +135,7 @@ def quantize_int8(src: Path, dest: Path, dtype: ExportDtype) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(dest))
     AutoTokenizer.from_pretrained(str(src)).save_pretrained(str(dest))
+    for_older_readers(dest)
     log.info("quantize: int8 weights written to %s in %.0f s", dest, time.perf_counter() - started)
 
 
@@ -198,6 +203,27 @@ def _quantised(directory: Path) -> bool:
     return config.get("quantization_config") is not None
 
 
+def load_dequantised(directory: Path, dtype: ExportDtype) -> tuple[Any, Any]:
+    """The int8 model of `directory` with each int8 weight replaced by its exact values (int8
+    times its row's scale) as a plain tensor, and its tokenizer: the same function as the
+    quantised model up to float rounding order, which honing's batched fast path can run (the
+    engine runs a torchao model itself one sequence at a time, dequantising every weight at every
+    token: 32 held-out episodes would take many minutes on a CPU)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    quantization = _torchao()
+    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=TORCH_DTYPES[dtype])
+    with torch.no_grad():
+        for module in model.modules():
+            weight = getattr(module, "weight", None)
+            if isinstance(weight, quantization.Int8Tensor):
+                plain = weight.dequantize().to(TORCH_DTYPES[dtype])
+                module.weight = torch.nn.Parameter(plain, requires_grad=False)
+    model.config.quantization_config = None
+    model.eval()  # type: ignore[no-untyped-call]
+    return model, AutoTokenizer.from_pretrained(str(directory))
+
+
 def heldout_sets(config: TrainConfig, limit: int | None) -> dict[str, Any]:
     """The run's held-out sets as `honing train` evaluates them: training tasks (warm-start
     traces included) left out; the first `limit` tasks of each when given."""
@@ -243,13 +269,23 @@ async def heldout_scores(
         system_prompt=a.system_prompt,
     )
     env = config.env.model_copy(update={"max_steps": a.max_turns})
-    engine = HFEngine(
-        directory,
-        dtype=ENGINE_DTYPES[dtype],  # type: ignore[arg-type]
-        max_batch=config.engine.slots,
-        prefix_cache=config.engine.prefix_cache,
-        seed=config.seed,
-    )
+    if _quantised(directory):
+        model, tokenizer = load_dequantised(directory, dtype)
+        engine = HFEngine(
+            model,
+            tokenizer,
+            max_batch=config.engine.slots,
+            prefix_cache=config.engine.prefix_cache,
+            seed=config.seed,
+        )
+    else:
+        engine = HFEngine(
+            directory,
+            dtype=ENGINE_DTYPES[dtype],  # type: ignore[arg-type]
+            max_batch=config.engine.slots,
+            prefix_cache=config.engine.prefix_cache,
+            seed=config.seed,
+        )
     scores = []
     async with engine:
         for name, taskset in sets.items():

@@ -20,7 +20,9 @@ from safetensors import safe_open
 from honing.errors import ExportError
 from honing.export import ExportResult, export_run
 from honing.export import model as export_model
-from honing.rollout.engines.base import Prompt
+from honing.export.quantize import load_dequantised
+from honing.rollout.engines.base import Prompt, SamplingParams
+from honing.rollout.engines.hf import HFEngine
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.trainer.checkpoint import latest_checkpoint
@@ -157,7 +159,11 @@ def test_full_fine_tune_exports_a_model_transformers_loads_with_the_trained_weig
     eos = generation["eos_token_id"]
     assert end_of_turn in (eos if isinstance(eos, list) else [eos])
     assert generation["pad_token_id"] == tokenizer.pad_token_id
-    assert json.loads((out / "config.json").read_text())["use_cache"] is True
+    config = json.loads((out / "config.json").read_text())
+    assert config["use_cache"] is True
+    assert config["rope_theta"] == config["rope_parameters"]["rope_theta"]  # transformers 4 too
+    tokenizer_class = json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"]
+    assert tokenizer_class == "PreTrainedTokenizerFast"
 
 
 def test_dtype_bf16_saves_bf16_weights_and_says_so_in_config(full_run: Path, exports: Path) -> None:
@@ -241,6 +247,18 @@ def test_int8_export_loads_quantised_is_smaller_and_the_card_compares_it(
     assert c.quantised.tokens_per_s > 0 and c.reference.tokens_per_s > 0
     for m in (c.reference, c.quantised):
         assert [(s.set, s.total) for s in m.heldout] == [("add", 2)]
+    dequantised, _ = load_dequantised(out, "fp32")  # what the held-out eval runs
+    torch.testing.assert_close(logits(dequantised), logits(model), rtol=0, atol=1e-4)
+    engine = HFEngine(out, max_batch=2)  # the engine runs the torchao model itself, too
+    assert not engine.fast_path
+
+    async def generate() -> list[int]:
+        async with engine:
+            [gen] = await engine.generate([Prompt(token_ids=[1, 504, 3458])], SamplingParams(
+                temperature=0, max_new_tokens=4))  # fmt: skip
+        return gen.token_ids
+
+    assert len(asyncio.run(generate())) >= 1
     card = (out / "README.md").read_text()
     assert "## int8 quantisation" in card
     assert f"| Size on disk (weights) | {c.reference.weight_bytes / 1e6:.1f} MB | " in card
