@@ -411,11 +411,19 @@ def eval_command(
         finally:
             await engine.close()
 
+    causes: dict[str, int] = {}  # infrastructure failures: what went wrong, how often
+
     async def go() -> EvalReport:
         async with SandboxPool(config) as pool:
             label = f"eval {taskset.name} · {policy}"
             with EpisodeProgress(label, total, err, quiet=quiet or json_out) as progress:
-                return await run(pool, lambda episode: progress.add(episode.success))
+
+                def on_episode(episode: Any) -> None:
+                    progress.add(episode.success)
+                    if episode.error:
+                        causes[episode.error] = causes.get(episode.error, 0) + 1
+
+                return await run(pool, on_episode)
 
     try:
         result = asyncio.run(go())
@@ -428,7 +436,10 @@ def eval_command(
     infra = result.end_to_end.infra_failed
     if infra:
         err.print(f"[bold yellow]{infra} episode(s) failed for infrastructure reasons[/] "
-                  "(sandbox or verifier): left out of the rates", highlight=False)  # fmt: skip
+                  "(engine, sandbox or verifier): left out of the rates",
+                  highlight=False)  # fmt: skip
+        for cause, count in sorted(causes.items(), key=lambda item: -item[1])[:3]:
+            err.print(f"  {count} × {cause}", highlight=False, markup=False)
         raise typer.Exit(3)
 
 

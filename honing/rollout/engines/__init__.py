@@ -2,7 +2,8 @@
 
     make_engine("default")                        hf: the embedded SmolLM2-135M-Instruct, local
     make_engine("model:PATH") / make_engine(PATH) hf: a local transformers model directory
-    make_engine("openai:http://host:8000/v1")     openai: a vLLM/SGLang/honing server (chat mode)
+    make_engine("openai:http://host:8000/v1")     openai: a vLLM/SGLang/honing server (chat mode),
+                                                  its only model (GET /v1/models)
     make_engine("openai:http://host:8000/v1#name") … with the served model's name
 
     hf         honing.rollout.engines.hf        continuous batching with a static KV cache
@@ -34,7 +35,7 @@ def make_engine(spec: str, *, dtype: Dtype = "auto", max_batch: int = 32) -> Eng
         url, _, model = spec.removeprefix("openai:").partition("#")
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"engine {spec!r}: expected openai:http(s)://HOST:PORT/v1[#MODEL]")
-        return OpenAIEngine(OpenAIConfig(base_url=url, model=model or "default"))
+        return OpenAIEngine(OpenAIConfig(base_url=url, model=model or None))
     if spec.startswith("scripted:"):
         raise ConfigError("the scripted engine is built in code (ScriptedEngine), not by name")
     from honing.rollout.engines.hf import HFEngine

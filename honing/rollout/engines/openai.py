@@ -84,7 +84,11 @@ class OpenAIConfig(StrictModel):
     """Where the server is and how to talk to it."""
 
     base_url: str = Field(description="The API root, e.g. http://localhost:8000/v1.")
-    model: str = Field(description="The served model name (GET {base_url}/models lists them).")
+    model: str | None = Field(
+        None,
+        description="The served model name (GET {base_url}/models lists them); None: the "
+        "server's only model, asked once.",
+    )
     api_key: str = Field("EMPTY", description="Bearer token; vLLM's --api-key if it has one.")
     timeout_s: float = Field(600.0, gt=0, description="Per-request timeout, each attempt.")
     retries: int = Field(4, ge=0, description="Retries after the first attempt (transient errors).")
@@ -123,7 +127,8 @@ class OpenAIEngine:
         self._tokenizer = tokenizer
         self.accepts_tokens = tokenizer is not None
         self._version = version
-        self._model = config.model  # becomes the adapter's name after a LoRA update
+        self._model = config.model or ""  # the adapter's name after a LoRA update
+        self._asked = asyncio.Lock()  # one GET /models when the config names no model
         self._base = config.base_url.rstrip("/")
         self._root = self._base.removesuffix("/v1")
         self._client = openai.AsyncOpenAI(
@@ -166,6 +171,23 @@ class OpenAIEngine:
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
+    async def _served_model(self) -> str:
+        """The model requests ask for: the configured one, else the server's only model."""
+        if self._model:
+            return self._model
+        async with self._asked:
+            if not self._model:
+                url = self._base + "/models"
+                page = await self._retrying("model list", url, self._client.models.list)
+                names = [m.id for m in page.data]
+                if len(names) != 1:
+                    raise EngineError(
+                        f"{url}: the server serves {names or 'no model'}; name the one to use: "
+                        f"openai:{self._base}#NAME (or OpenAIConfig.model)"
+                    )
+                self._model = names[0]
+        return self._model
+
     async def update_weights(self, update: WeightUpdate) -> None:
         if update.path is None:
             raise EngineError(
@@ -177,7 +199,7 @@ class OpenAIEngine:
             url = self._root + self.config.lora_load_path
             body: dict[str, Any] = {"lora_name": name, "lora_path": update.path}
         else:
-            name = self._model
+            name = await self._served_model()
             url = self._root + self.config.reload_path
             body = {"path": update.path, "version": update.version}
 
@@ -194,6 +216,7 @@ class OpenAIEngine:
     # -- one request ----------------------------------------------------------------------------
 
     async def _one(self, prompt: Prompt, sampling: SamplingParams) -> Generation:
+        model = await self._served_model()
         version = self._version
         started = time.perf_counter()
         extra: dict[str, Any] = {}
@@ -210,7 +233,7 @@ class OpenAIEngine:
 
             async def complete() -> Any:
                 return await self._client.completions.create(
-                    model=self._model,
+                    model=model,
                     prompt=ids,
                     logprobs=1,
                     temperature=sampling.temperature,
@@ -229,7 +252,7 @@ class OpenAIEngine:
 
             async def chat() -> Any:
                 return await self._client.chat.completions.create(
-                    model=self._model,
+                    model=model,
                     messages=messages,
                     tools=tools,
                     logprobs=True,
