@@ -90,6 +90,7 @@ CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 EVALS_FILE = "evals.jsonl"
 EVENTS_FILE = "events.jsonl"
+WEIGHTS_DIR = "weights"  # staged weights a server engine loads (engine.url)
 RESULT_FILE = "result.json"
 BEFORE = "before"  # the phase name of the starting model's evaluation
 WARM_START = "warm start"  # ... and of the warm-started model's
@@ -481,7 +482,7 @@ class Trainer:
         self._activity("update")
         stats = self.learner.update(groups)
         self._activity("sync")
-        sync = await sync_weights(self.learner, self.engine)
+        sync = await sync_weights(self.learner, self.engine, staging=self.run_dir / WEIGHTS_DIR)
         self.state.step += 1
         emit("sync", self.state.step, seconds=sync.seconds, mode=sync.mode)
         sources: dict[str, int] = {}
@@ -805,6 +806,8 @@ async def _train(
                 progress=progress,
             )
             trainer.started = started
+            if _remote(engine):  # a server: make it serve the starting model
+                await _serve_model(engine, config.model)
             if checkpoint is None and config.eval.before and trainer.heldout:
                 await trainer.evaluate(BEFORE)
             model_path = config.model
@@ -812,7 +815,9 @@ async def _train(
                 from honing.trainer.warm import warm_start
 
                 model_path = str(await warm_start(config, run_dir))
-                if own_engine:
+                if _remote(engine):
+                    await _serve_model(engine, model_path)
+                elif own_engine:
                     await engine.close()
                     engine = trainer.engine = _engine(config, model_path)
                 if checkpoint is None and config.eval.after_warm_start and trainer.heldout:
@@ -828,7 +833,8 @@ async def _train(
                 log.info(
                     "resuming %s at step %d (%s)", run_dir, trainer.state.step, checkpoint.name
                 )
-                await sync_weights(learner, engine)  # the engine starts from the starting model
+                # the engine starts from the checkpoint's weights
+                await sync_weights(learner, engine, staging=run_dir / WEIGHTS_DIR)
             return await trainer.run()
     finally:
         if own_engine:
@@ -837,6 +843,15 @@ async def _train(
 
 
 def _engine(config: TrainConfig, model: str) -> Engine:
+    if config.engine.url is not None:
+        from transformers import AutoTokenizer
+
+        from honing.rollout.engines.openai import OpenAIConfig, OpenAIEngine
+        from honing.rollout.models import resolve_model
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+        server = OpenAIConfig(base_url=config.engine.url, lora_adapters=config.engine.lora_adapters)
+        return OpenAIEngine(server, tokenizer=tokenizer)  # token mode: token-faithful rollouts
     from honing.rollout.engines.hf import HFEngine
 
     return HFEngine(
@@ -846,6 +861,22 @@ def _engine(config: TrainConfig, model: str) -> Engine:
         prefix_cache=config.engine.prefix_cache and not config.deterministic,
         seed=config.seed,
     )
+
+
+def _remote(engine: Engine) -> bool:
+    """Whether the engine loads weights from files only (a server), not from a state dict."""
+    return not getattr(engine, "accepts_state_dict", True)
+
+
+async def _serve_model(engine: Engine, model: str) -> None:
+    """Load a model directory into a server engine (version 0), so that it serves what the
+    learner starts from whatever it served before."""
+    from honing.rollout.engines.base import WeightUpdate
+    from honing.rollout.models import resolve_model
+
+    path = resolve_model(model).resolve()
+    log.info("engine: loading %s into the server", path)
+    await engine.update_weights(WeightUpdate(version=0, path=str(path)))
 
 
 def _checkpoint_step(checkpoint: Path) -> int:

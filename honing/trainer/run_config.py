@@ -81,11 +81,22 @@ class AgentSettings(StrictModel):
 
 
 class EngineSettings(StrictModel):
-    """The in-process inference engine that generates the rollouts (hf)."""
+    """The inference engine that generates the rollouts: in process (hf), or a server."""
 
     slots: int = Field(32, ge=1, description="Sequences decoded together.")
     dtype: Dtype = Field("auto", description="auto picks bf16 only where the CPU/GPU has it.")
     prefix_cache: bool = Field(True, description="Reuse the KV of earlier turns of an episode.")
+    url: str | None = Field(
+        None,
+        description="An OpenAI-compatible server (honing serve, vLLM, SGLang: http://HOST:PORT/v1) "
+        "that generates the rollouts instead; it must read the run directory: the starting "
+        "model and each update's weights (RUN/weights/) are loaded into it by path.",
+    )
+    lora_adapters: bool = Field(
+        False,
+        description="url: the server hot-loads LoRA adapters (vLLM --enable-lora); a LoRA "
+        "learner then sends its adapter, not the merged model.",
+    )
 
 
 class EvalSettings(StrictModel):
