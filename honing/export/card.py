@@ -315,7 +315,7 @@ def _usage(where: str, layout: Literal["model", "adapter"], comparison: Comparis
             "`vllm serve THIS_DIR/base --enable-lora --lora-modules policy=THIS_DIR`.\n"
         )
     else:
-        needs = " (needs `torchao`)" if comparison is not None else ""
+        needs = "  # int8 weights: needs torchao" if comparison is not None else ""
         load = (
             "```python\n"
             "from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"

@@ -6,6 +6,7 @@ never leave a half-written directory."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import re
@@ -212,6 +213,7 @@ def test_lora_adapter_export_loads_as_peft_and_equals_the_merged_one(
     torch.testing.assert_close(logits(peft_model), merged, rtol=0, atol=1e-5)
     card = (out / "README.md").read_text()
     assert "library_name: peft" in card and "PeftModel.from_pretrained" in card
+    assert snippets_parse(card) == 2
 
 
 def test_card_has_front_matter_training_and_the_runs_eval_table(
@@ -227,6 +229,7 @@ def test_card_has_front_matter_training_and_the_runs_eval_table(
     assert f"| `add` | {cells[0]} | {cells[1]} | {cells[2]} |" in card
     assert "Warm start" in card and "LoRA r=4" in card and "GRPO" in card
     assert f'from_pretrained("{lora_merged.out}")' in card
+    assert snippets_parse(card) == 1
 
 
 def test_int8_export_loads_quantised_is_smaller_and_the_card_compares_it(
@@ -264,9 +267,17 @@ def test_int8_export_loads_quantised_is_smaller_and_the_card_compares_it(
     assert f"| Size on disk (weights) | {c.reference.weight_bytes / 1e6:.1f} MB | " in card
     assert "Held-out success `add`" in card and "- int8" in card
     assert "int8 vs fp32" in result.line()
+    assert snippets_parse(card) == 1
 
 
 # -- errors ------------------------------------------------------------------------------------
+
+
+def snippets_parse(card: str) -> int:
+    code = re.findall(r"```python\n(.*?)```", card, re.S)
+    for snippet in code:
+        ast.parse(snippet)
+    return len(code)
 
 
 def leftovers(parent: Path) -> list[str]:
