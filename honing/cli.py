@@ -858,13 +858,7 @@ def export_command(
         raise _fail(str(exc)) from exc
     for note in result.notes:
         err.print(f"note: {note}", highlight=False)
-    size = sum(f.bytes for f in result.files)
-    err.print(f"exported step {result.step} of {run_dir} ({result.kind}, {result.layout} layout, "
-              f"{result.dtype}{', ' + result.quantize if result.quantize else ''}): "
-              f"{len(result.files)} files, {size / 1e6:.0f} MB in {result.seconds:.0f}s",
-              highlight=False)  # fmt: skip
-    if result.comparison is not None:
-        err.print(result.comparison.line(), highlight=False)
+    err.print(result.line(), highlight=False, markup=False)
     err.print(f"serve it: honing serve {result.out}", highlight=False)
     typer.echo(str(result.out))
 
