@@ -856,9 +856,7 @@ def export_command(
                             step=step, heldout_limit=heldout_limit)  # fmt: skip
     except HoningError as exc:
         raise _fail(str(exc)) from exc
-    for note in result.notes:
-        err.print(f"note: {note}", highlight=False)
-    err.print(result.line(), highlight=False, markup=False)
+    # The notes and the summary line were logged (stderr) by export_run.
     err.print(f"serve it: honing serve {result.out}", highlight=False)
     typer.echo(str(result.out))
 
