@@ -1,0 +1,393 @@
+"""Reading a run directory into the records the report shows: `load_run(run_dir) -> RunData`.
+
+Sources, best first: `events.jsonl` (the run's event log, see honing.observe), then `metrics.jsonl`,
+`evals.jsonl`, `result.json`, `config.yaml`, `warm_start/done.json` and the trajectory store. What
+was not recorded goes into `RunData.notes` with the reason; only a directory that is not a run, or
+a damaged log, raises `ConfigError`.
+
+Not covered: how any of it is drawn or worded (honing.observe.report.page and .charts).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from honing.errors import ConfigError, StoreError
+from honing.observe.events import read_events
+from honing.store import Trajectory, read_trajectories
+
+RUN_FILES = ("config.yaml", "events.jsonl", "metrics.jsonl", "evals.jsonl", "result.json")
+BEFORE, WARM_START = "before", "warm start"  # the phase names of the step-0 evaluations
+
+
+# -- records ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpdatePoint:
+    """One update (training step), from `events.jsonl` or `metrics.jsonl`."""
+
+    step: int  # 1-based: updates done after it
+    phase: str
+    episodes: int
+    success_rate: float
+    reward_mean: float
+    infra_errors: int
+    rollout_s: float
+    update_s: float
+    sync_s: float
+    learner: dict[str, float]  # the numeric LearnerStats fields
+    staleness: dict[int, int]  # lag -> trajectories; empty when the log did not record it
+    time: float | None  # unix time it was logged
+
+
+@dataclass(frozen=True)
+class EpisodePoint:
+    """One training episode, from an `episode` event or the trajectory store."""
+
+    step: int  # the update that trained on it (0: unknown)
+    task_id: str
+    domain: str
+    tags: tuple[str, ...]
+    sample: int
+    success: bool
+    reward: float
+    components: dict[str, float]
+    ending: str
+    failure: str | None
+    generation_s: float
+    env_s: float
+    queue_s: float
+    total_s: float
+    policy_version: int
+    staleness: int | None
+
+    @property
+    def outcome(self) -> str:
+        """ "success", else why it failed: the failure reason, the ending, or "judged wrong"
+        (the environment judged a finished episode incorrect)."""
+        if self.success:
+            return "success"
+        if self.failure:
+            return self.failure
+        return "judged wrong" if self.ending == "done" else self.ending
+
+
+@dataclass(frozen=True)
+class EvalRow:
+    """One held-out set evaluated at one point (an `EvalPoint` of honing.trainer.loop)."""
+
+    step: int
+    phase: str
+    set: str
+    success: float | None
+    passed: int
+    total: int
+    infra_failed: int
+    seconds: float
+    well_formed: float | None
+
+    @property
+    def label(self) -> str:
+        return self.phase if self.step == 0 else f"update {self.step}"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    name: str
+    model: str
+    planned_steps: int | None
+    groups_per_step: int | None
+    n: int | None
+    heldout_sets: tuple[str, ...]
+    finished: bool  # result.json (or a run_end event) exists
+    elapsed_s: float | None
+    warm_start_s: float | None  # the warm start's SFT seconds (warm_start/done.json)
+
+
+@dataclass
+class RunData:
+    """Everything the page shows, read from a run directory."""
+
+    run_dir: Path
+    info: RunInfo
+    updates: list[UpdatePoint]
+    episodes: list[EpisodePoint]
+    evals: list[EvalRow]
+    trajectories: list[tuple[int, Trajectory]]  # (update step, trajectory) for the samples
+    sources: list[str] = field(default_factory=list)  # the files read
+    notes: list[str] = field(default_factory=list)  # what was not recorded, and why
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Read every record of `run_dir` the report uses; `ConfigError` if it is not a run."""
+    if not run_dir.is_dir():
+        raise ConfigError(
+            f"{run_dir}: no such directory; pass the run directory `honing train` wrote "
+            "(its out=..., e.g. runs/quickstart-YYYYMMDD-HHMMSS)"
+        )
+    present = [name for name in RUN_FILES if (run_dir / name).is_file()]
+    if not present and not (run_dir / "trajectories").is_dir():
+        raise ConfigError(
+            f"{run_dir} is not a run directory: none of {', '.join(RUN_FILES)} or trajectories/ "
+            "is in it; pass the directory `honing train` wrote (its out=..., e.g. "
+            "runs/quickstart-YYYYMMDD-HHMMSS)"
+        )
+    notes: list[str] = []
+    events = _read_events(run_dir / "events.jsonl")
+    metrics = _read_jsonl(run_dir / "metrics.jsonl")
+    evals_raw = _read_jsonl(run_dir / "evals.jsonl")
+    result = _read_json(run_dir / "result.json")
+    config = _read_yaml(run_dir / "config.yaml")
+    warm = _read_json(run_dir / "warm_start" / "done.json")
+
+    by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for event in events:
+        by_kind[str(event.get("kind"))].append(event)
+    if by_kind["update"]:
+        updates = [_update(e) for e in by_kind["update"]]
+    else:
+        updates = [_update(m) for m in metrics]
+        if not events:
+            notes.append(
+                "No events.jsonl (a run from before honing recorded events): per-update numbers "
+                "come from metrics.jsonl, per-episode ones from the trajectory store."
+            )
+    evals = [_eval(e) for e in (by_kind["eval"] or evals_raw)]
+
+    trajectories: list[tuple[int, Trajectory]] = []
+    store_episodes: list[EpisodePoint] = []
+    if (run_dir / "trajectories").is_dir():
+        try:
+            trajectories = _with_steps(read_trajectories(run_dir), updates)
+            versions = _versions_before(updates)
+            store_episodes = [
+                _episode_from_trajectory(s, t, versions.get(s)) for s, t in trajectories
+            ]
+        except StoreError as exc:
+            notes.append(f"The trajectory store could not be read: {exc}")
+    else:
+        notes.append("No trajectory store (trajectories/): no per-episode details or samples.")
+    event_episodes = [e for e in by_kind["episode"] if e.get("split", "train") == "train"]
+    episodes = _episodes_from_events(event_episodes, updates) if event_episodes else store_episodes
+
+    end = by_kind["run_end"][-1] if by_kind["run_end"] else None
+    elapsed = _float(end.get("elapsed_s")) if end else None
+    if elapsed is None and result is not None:
+        elapsed = _float(result.get("elapsed_s"))
+    start = by_kind["run_start"][-1] if by_kind["run_start"] else None
+    cfg = config or (start.get("config") if start and isinstance(start.get("config"), dict) else {})
+    cfg = cfg if isinstance(cfg, dict) else {}
+    info = RunInfo(
+        name=str((start or {}).get("name") or cfg.get("name") or run_dir.name),
+        model=str((start or {}).get("model") or cfg.get("model") or "not recorded"),
+        planned_steps=_planned_steps(cfg),
+        groups_per_step=_int_or_none(cfg.get("groups_per_step")),
+        n=_int_or_none(cfg.get("n")),
+        heldout_sets=tuple(cfg.get("heldout") or {}),
+        finished=result is not None or end is not None,
+        elapsed_s=elapsed,
+        warm_start_s=_float(warm.get("seconds")) if warm else None,
+    )
+    sources = [name for name in (*RUN_FILES, "warm_start/done.json") if (run_dir / name).is_file()]
+    if trajectories:
+        sources.append(f"trajectories/ ({len(trajectories)} trajectories)")
+    return RunData(run_dir, info, updates, episodes, evals, trajectories, sources, notes)
+
+
+def _read_events(path: Path) -> list[dict[str, Any]]:
+    """The event log as records (the kind's fields with t, kind and step)."""
+    if not path.is_file():
+        return []
+    return [{**e.data, "t": e.t, "kind": e.kind, "step": e.step} for e in read_events(path)]
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The objects of a JSONL log; a torn last line (a killed writer) is skipped, a bad line
+    before it is an error naming file:line."""
+    if not path.is_file():
+        return []
+    lines = path.read_text(errors="replace").splitlines()
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                break
+            raise ConfigError(
+                f"{path}:{number}: not a JSON line ({exc.msg}); the log is damaged: fix or "
+                "delete that line and run `honing report` again"
+            ) from exc
+        if not isinstance(record, dict):
+            raise ConfigError(f"{path}:{number}: expected a JSON object, got {line[:60]!r}")
+        out.append(record)
+    return out
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc}); delete it or fix it") from exc
+    return value if isinstance(value, dict) else None
+
+
+def _read_yaml(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        value = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    return value if isinstance(value, dict) else None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _planned_steps(cfg: dict[str, Any]) -> int | None:
+    steps = _int_or_none(cfg.get("steps"))
+    phases = cfg.get("phases") or []
+    if phases and isinstance(phases, list):
+        return sum(_int_or_none(p.get("steps")) or 0 for p in phases if isinstance(p, dict))
+    return steps
+
+
+def _update(record: dict[str, Any]) -> UpdatePoint:
+    learner = record.get("learner") or {}
+    stale = record.get("staleness") or {}
+    return UpdatePoint(
+        step=int(record.get("step") or 0),
+        phase=str(record.get("phase") or ""),
+        episodes=int(record.get("episodes") or 0),
+        success_rate=_float(record.get("success_rate")) or 0.0,
+        reward_mean=_float(record.get("reward_mean")) or 0.0,
+        infra_errors=int(record.get("infra_errors") or 0),
+        rollout_s=_float(record.get("rollout_s")) or 0.0,
+        update_s=_float(record.get("update_s")) or 0.0,
+        sync_s=_float(record.get("sync_s")) or 0.0,
+        learner={k: float(v) for k, v in learner.items() if _float(v) is not None},
+        staleness={int(k): int(v) for k, v in stale.items()} if isinstance(stale, dict) else {},
+        time=_float(record.get("time", record.get("t"))),
+    )
+
+
+def _eval(record: dict[str, Any]) -> EvalRow:
+    return EvalRow(
+        step=int(record.get("step") or 0),
+        phase=str(record.get("phase") or ""),
+        set=str(record.get("set") or "?"),
+        success=_float(record.get("success")),
+        passed=int(record.get("passed") or 0),
+        total=int(record.get("total") or 0),
+        infra_failed=int(record.get("infra_failed") or 0),
+        seconds=_float(record.get("seconds")) or 0.0,
+        well_formed=_float(record.get("well_formed")),
+    )
+
+
+def _with_steps(
+    trajectories: list[Trajectory], updates: Sequence[UpdatePoint]
+) -> list[tuple[int, Trajectory]]:
+    """Each stored trajectory with the update that trained on it: the trainer writes each
+    update's episodes, in order, as one shard; the updates' episode counts say where each
+    update's rows start (when they add up to the store; else the step is unknown, 0)."""
+    counts = [u.episodes for u in updates]
+    if sum(counts) != len(trajectories):
+        return [(0, t) for t in trajectories]
+    steps = [u.step for u, c in zip(updates, counts, strict=True) for _ in range(c)]
+    return list(zip(steps, trajectories, strict=True))
+
+
+def _versions_before(updates: Sequence[UpdatePoint]) -> dict[int, int]:
+    """The learner's version when each update began: the version the one before it left (an
+    update that took no optimiser step keeps it); the first begins at 0."""
+    out, version = {}, 0
+    for u in updates:
+        out[u.step] = version
+        version = int(u.learner.get("version", version + 1))
+    return out
+
+
+def _episode_from_trajectory(step: int, t: Trajectory, learner: int | None) -> EpisodePoint:
+    known = learner is not None and t.policy_version >= 0
+    staleness = learner - t.policy_version if learner is not None and known else None
+    return EpisodePoint(
+        step=step,
+        task_id=t.task_id,
+        domain=t.domain,
+        tags=tuple(t.tags),
+        sample=t.sample,
+        success=t.success,
+        reward=t.reward,
+        components=dict(t.components),
+        ending=t.ending.value,
+        failure=t.failure,
+        generation_s=t.generation_s,
+        env_s=t.env_s,
+        queue_s=t.queue_s,
+        total_s=t.total_s,
+        policy_version=t.policy_version,
+        staleness=staleness,
+    )
+
+
+def _episodes_from_events(
+    events: Sequence[dict[str, Any]], updates: Sequence[UpdatePoint]
+) -> list[EpisodePoint]:
+    """Episode events, each with the update that trained on it: a training episode's step is
+    that update, counted from 1 (without a step: the first update logged after it)."""
+    times = [(u.time, u.step) for u in updates if u.time is not None]
+    out = []
+    for e in events:
+        t, done = _float(e.get("t")), _int_or_none(e.get("step"))
+        if done is not None:
+            step = done
+        else:
+            step = next((s for ut, s in times if t is not None and ut >= t), 0)
+        stale = e.get("staleness")
+        out.append(
+            EpisodePoint(
+                step=step,
+                task_id=str(e.get("task_id") or "?"),
+                domain=str(e.get("domain") or "?"),
+                tags=tuple(str(x) for x in e.get("tags") or ()),
+                sample=int(e.get("sample") or 0),
+                success=bool(e.get("success")),
+                reward=_float(e.get("reward")) or 0.0,
+                components={
+                    str(k): float(v)
+                    for k, v in (e.get("components") or {}).items()
+                    if _float(v) is not None
+                },
+                ending=str(e.get("ending") or "done"),
+                failure=str(e["failure"]) if e.get("failure") else None,
+                generation_s=_float(e.get("generation_s")) or 0.0,
+                env_s=_float(e.get("env_s")) or 0.0,
+                queue_s=_float(e.get("queue_s")) or 0.0,
+                total_s=_float(e.get("total_s")) or 0.0,
+                policy_version=int(e.get("policy_version", -1)),
+                staleness=int(stale) if isinstance(stale, int) else None,
+            )
+        )
+    return out
