@@ -903,6 +903,10 @@ def _log_to_stderr() -> None:
     handler = RichHandler(console=err, show_path=False, markup=False, log_time_format="%H:%M:%S")
     logging.basicConfig(level=logging.WARNING, handlers=[handler], format="%(message)s")
     logging.getLogger("honing").setLevel(logging.INFO)
+    # peft imports torchao when it is installed (honing[export]); its import-time notices about
+    # CUDA kernels and torch's pytree deprecations say nothing a honing user can act on.
+    for noisy in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
 def main() -> None:

@@ -5,7 +5,7 @@
     metrics.py    pure functions: one update's trajectories -> scalars and histograms
     sinks.py      TensorBoard (default), MLflow (file store), W&B (offline); ObserveConfig
     progress.py   rich live progress for train (RunProgress) and eval/rollout (EpisodeProgress)
-    report.py     the self-contained HTML report of a run directory
+    report/       the self-contained HTML report of a run directory (data, charts, page)
 
 A leaf package: every layer may emit events, so nothing here imports the layers above the store
 at module level. See docs/observability.md for the event kinds and metric names.

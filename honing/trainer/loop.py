@@ -676,7 +676,6 @@ class Trainer:
             state.model_dump(mode="json"),
             keep=self.config.checkpoint.keep,
         )
-        log.info("checkpoint %s", path)
         seconds = time.perf_counter() - started
         emit("checkpoint", self.state.step, path=str(path), seconds=seconds)
 

@@ -11,7 +11,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,35 +26,25 @@ def honing(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*HONING, *args], capture_output=True, text=True, timeout=600)
 
 
-def write_run_config(tmp: Path, model: Path) -> tuple[Path, Path]:
-    tasks = tmp / "tasks.jsonl"
-    rows = [{"id": f"m{i}", "domain": "math", "prompt": f"What is {i} + {2 * i}?",
-             "answer": str(3 * i)} for i in range(1, 9)]  # fmt: skip
-    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    config = {
-        "name": "circle",
-        "model": str(model),
-        "train": {"m": {"tasks": str(tasks), "limit": 4}},
-        "heldout": {"m": {"tasks": str(tasks)}},
-        "steps": 2,
-        "groups_per_step": 2,
-        "n": 2,
-        # A random model earns equal rewards (no gradient): AdamW's decoupled weight decay
-        # still moves every weight, so the export must differ from the base.
-        "learner": {"lr": 1e-2, "weight_decay": 0.1, "dynamic_sampling": False},
-        "agent": {"max_turns": 2, "max_new_tokens": 12, "system_prompt": ""},
-        "checkpoint": {"every": 1},
-        "sandbox": {"pool_size": 1, "timeout_s": 20.0},
-    }
+def write_run_config(
+    tmp: Path, model: Path, math_tasks: Callable[[Path, int], Path],
+    tiny_run_config: Callable[..., dict[str, Any]],
+) -> tuple[Path, Path]:  # fmt: skip
+    tasks = math_tasks(tmp, 8)
+    agent = {"max_turns": 2, "max_new_tokens": 12, "system_prompt": ""}
+    config = tiny_run_config("circle", model, tasks, agent=agent, checkpoint={"every": 1})
     path = tmp / "train.yaml"
     path.write_text(yaml.safe_dump(config))
     return path, tasks
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> tuple[Path, Path]:
+def exported(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path,
+    math_tasks: Callable[[Path, int], Path], tiny_run_config: Callable[..., dict[str, Any]],
+) -> tuple[Path, Path]:  # fmt: skip
     tmp = tmp_path_factory.mktemp("circle")
-    config, tasks = write_run_config(tmp, tiny_model_dir)
+    config, tasks = write_run_config(tmp, tiny_model_dir, math_tasks, tiny_run_config)
     run = tmp / "run"
     trained = honing("train", str(config), f"out={run}", "--quiet")
     assert trained.returncode == 0, trained.stderr[-3000:]

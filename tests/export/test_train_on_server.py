@@ -5,7 +5,9 @@ the server without a restart; after the run the server serves exactly the traine
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
@@ -15,39 +17,33 @@ from honing.trainer.loop import WEIGHTS_DIR, train
 from honing.trainer.run_config import TrainConfig
 
 
-def config(tmp_path: Path, model: Path, url: str) -> TrainConfig:
-    tasks = tmp_path / "tasks.jsonl"
-    rows = [{"id": f"m{i}", "domain": "math", "prompt": f"What is {i} + {2 * i}?",
-             "answer": str(3 * i)} for i in range(1, 7)]  # fmt: skip
-    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return TrainConfig.model_validate(
-        {
-            "name": "on-server",
-            "model": str(model),
-            "out": str(tmp_path / "run"),
-            "train": {"m": {"tasks": str(tasks), "limit": 4}},
-            "heldout": {"m": {"tasks": str(tasks)}},
-            "steps": 2,
-            "groups_per_step": 2,
-            "n": 2,
-            # Random-model rewards are all equal: weight decay alone moves the weights.
-            "learner": {"lr": 1e-2, "weight_decay": 0.1, "dynamic_sampling": False},
-            "agent": {"max_turns": 1, "max_new_tokens": 8, "system_prompt": ""},
-            "engine": {"url": url},
-            "checkpoint": {"every": 2},
-            "sandbox": {"pool_size": 1, "timeout_s": 20.0},
-            "observe": {"tensorboard": False},
-        }
+def config(
+    tmp_path: Path, model: Path, url: str, math_tasks: Callable[[Path, int], Path],
+    tiny_run_config: Callable[..., dict[str, Any]],
+) -> TrainConfig:  # fmt: skip
+    tasks = math_tasks(tmp_path, 6)
+    settings = tiny_run_config(
+        "on-server",
+        model,
+        tasks,
+        out=str(tmp_path / "run"),
+        agent={"max_turns": 1, "max_new_tokens": 8, "system_prompt": ""},
+        engine={"url": url},
+        checkpoint={"every": 2},
+        observe={"tensorboard": False},
     )
+    return TrainConfig.model_validate(settings)
 
 
 async def test_train_generates_on_the_server_and_reloads_it_each_update(
-    tmp_path: Path, tiny_model_dir: Path
-) -> None:
+    tmp_path: Path, tiny_model_dir: Path, math_tasks: Callable[[Path, int], Path],
+    tiny_run_config: Callable[..., dict[str, Any]],
+) -> None:  # fmt: skip
     async with running_server(tiny_model_dir, name="tiny") as running:
         engine = running.server.engine
         before = {k: v.clone() for k, v in engine.model.state_dict().items()}  # type: ignore[attr-defined]
-        result = await train(config(tmp_path, tiny_model_dir, running.base_url))
+        settings = config(tmp_path, tiny_model_dir, running.base_url, math_tasks, tiny_run_config)
+        result = await train(settings)
         assert result.steps == 2
         assert engine.version == 2  # two reloads, each answered once the new weights served
         served = engine.model.state_dict()  # type: ignore[attr-defined]

@@ -71,13 +71,13 @@ class EpisodePoint:
 
     @property
     def outcome(self) -> str:
-        """ "success", else why it failed: the failure reason, the ending, or "judged wrong"
-        (the environment judged a finished episode incorrect)."""
+        """ "success", else why it failed: the failure reason, the ending, or "unsolved" (the
+        environment judged a finished episode incorrect; the event log's word for it too)."""
         if self.success:
             return "success"
         if self.failure:
             return self.failure
-        return "judged wrong" if self.ending == "done" else self.ending
+        return "unsolved" if self.ending == "done" else self.ending
 
 
 @dataclass(frozen=True)

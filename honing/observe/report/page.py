@@ -353,7 +353,7 @@ def failures_section(data: RunData) -> str:
 
 _REASON_WORDS = {
     "success": "the outcome reward reached 1",
-    "judged wrong": "the episode ended normally but the answer or program was wrong",
+    "unsolved": "the episode ended normally but the answer or program was wrong",
     "malformed_action": "unparsable tool call or bad arguments",
     "unknown_tool": "called a tool the environment does not have",
     "tool_error": "the tool ran and reported an error",
