@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import torch
 
 from honing.errors import CheckpointError, ConfigError, ExportError
+from honing.store.files import fsync_tree, pid_alive
 from honing.trainer.checkpoint import latest_checkpoint
 from honing.trainer.loop import CONFIG_FILE, EVALS_FILE, EvalPoint, load_run_config
 from honing.trainer.run_config import TrainConfig
@@ -402,37 +403,20 @@ def _remove_leftovers(out: Path) -> None:
     for kind in ("tmp", "unquantised"):
         for path in out.parent.glob(f".{out.name}.{kind}-*"):
             pid = path.name.rsplit("-", 1)[1]
-            if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+            if pid.isdigit() and (int(pid) == os.getpid() or not pid_alive(int(pid))):
                 log.info("export: removing %s, left by an interrupted export", path)
                 shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _publish_tree(directory: Path) -> None:
     """Readable as the umask allows (some writers create 0600 files: a server running as
     another user could not read them), and fsynced."""
-    from honing.store.files import sync_dir
-
     umask = os.umask(0)
     os.umask(umask)
     for dirpath, _dirs, files in os.walk(directory):
         for name in files:
             os.chmod(os.path.join(dirpath, name), 0o666 & ~umask)
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        sync_dir(Path(dirpath))
+    fsync_tree(directory)
 
 
 def _files(directory: Path) -> tuple[ExportedFile, ...]:

@@ -180,6 +180,30 @@ def sync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(directory: Path) -> None:
+    """Make every file below `directory`, and the directories' entries, durable."""
+    for dirpath, _dirnames, filenames in os.walk(directory):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        sync_dir(Path(dirpath))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists (on this machine): to tell a crashed writer's leftovers
+    from a live writer's work in progress."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def rewind(run_dir: Path, rows: int) -> int:
     """Cut the store back to its first `rows` rows by deleting the shards written after them (a
     resumed run regenerates them); the number of shards deleted. `rows` must fall on a shard

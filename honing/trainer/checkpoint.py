@@ -50,7 +50,7 @@ from torch import Tensor
 
 import honing
 from honing.errors import CheckpointError
-from honing.store.files import sync_dir
+from honing.store.files import fsync_tree, pid_alive, sync_dir
 from honing.trainer.learner import Learner
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ def save_checkpoint(
             "files": files,
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         if final.exists():  # the same step again (resumed before LATEST reached it): replace
             _discard(final)
         os.rename(tmp, final)
@@ -245,17 +245,6 @@ def _discard(path: Path) -> None:
     trash = _scratch(path.parent, "trash", path.name)
     os.rename(path, trash)
     shutil.rmtree(trash)
-
-
-def _fsync_tree(directory: Path) -> None:
-    for dirpath, _dirnames, filenames in os.walk(directory):
-        for name in filenames:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        sync_dir(Path(dirpath))
 
 
 def _write_latest(root: Path, name: str) -> None:
@@ -399,23 +388,13 @@ def _complete(path: Path) -> bool:
 def _remove_leftovers(root: Path) -> None:
     for entry in root.iterdir():
         match = _LEFTOVER.fullmatch(entry.name)
-        if match is None or _alive(int(match.group(3))):
+        if match is None or pid_alive(int(match.group(3))):
             continue
         log.info("checkpoint: removing %s, left by an interrupted save", entry)
         if entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read_json(path: Path) -> dict[str, Any]:
