@@ -251,23 +251,11 @@ async def heldout_scores(
 ) -> tuple[tuple[HeldoutScore, ...], float]:
     """Each held-out set played by an hf engine over `directory`; the scores and seconds."""
     from honing.eval.model import evaluate_engine
-    from honing.rollout.agent import AgentConfig
-    from honing.rollout.engines.base import SamplingParams
     from honing.rollout.engines.hf import HFEngine
 
     started = time.perf_counter()
     a = config.agent
-    agent = AgentConfig(
-        sampling=SamplingParams(
-            temperature=config.eval.temperature,
-            top_p=a.top_p,
-            max_new_tokens=a.max_new_tokens,
-            seed=config.seed,
-        ),
-        max_turns=a.max_turns,
-        max_total_tokens=a.max_total_tokens,
-        system_prompt=a.system_prompt,
-    )
+    agent = config.agent_config(config.eval.temperature, config.seed)
     env = config.env.model_copy(update={"max_steps": a.max_turns})
     if _quantised(directory):
         model, tokenizer = load_dequantised(directory, dtype)

@@ -61,14 +61,22 @@ class _EtaColumn(ProgressColumn):
 
 
 class _Live:
-    """A rich Progress with one task, drawn only where `live_on` allows."""
+    """A rich Progress with one task (description, bar, N/M, status, elapsed, ETA), drawn only
+    where `live_on` allows."""
 
-    def __init__(self, console: Console, quiet: bool, *columns: ProgressColumn | str) -> None:
+    def __init__(self, console: Console, quiet: bool) -> None:
         self.console = console
         self.live = live_on(console, quiet)
         self._progress: Progress | None = None
         self._task: TaskID | None = None
-        self._columns = columns
+        self._columns = (
+            TextColumn("{task.description}", style="bold", markup=False),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}", markup=False),
+            TimeElapsedColumn(),
+            _EtaColumn(),
+        )
 
     def _open(self, description: str, total: int, done: int, status: str) -> None:
         if not self.live or self._progress is not None:
@@ -94,16 +102,7 @@ class RunProgress(_Live):
     throughput (model tokens/s, episodes/s), elapsed and ETA. The trainer loop drives it."""
 
     def __init__(self, console: Console, *, quiet: bool = False) -> None:
-        super().__init__(
-            console,
-            quiet,
-            TextColumn("{task.description}", style="bold", markup=False),
-            BarColumn(bar_width=24),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[status]}", markup=False),
-            TimeElapsedColumn(),
-            _EtaColumn(),
-        )
+        super().__init__(console, quiet)
         self.name = "train"
         self.total = 0
         self.step_done = 0
@@ -161,16 +160,7 @@ class EpisodeProgress(_Live):
     def __init__(
         self, description: str, total: int, console: Console, *, quiet: bool = False
     ) -> None:
-        super().__init__(
-            console,
-            quiet,
-            TextColumn("{task.description}", style="bold", markup=False),
-            BarColumn(bar_width=24),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[status]}", markup=False),
-            TimeElapsedColumn(),
-            _EtaColumn(),
-        )
+        super().__init__(console, quiet)
         self.description = description
         self.total = total
         self.done = 0

@@ -72,7 +72,7 @@ from honing.observe.metrics import (
 from honing.observe.progress import RunProgress
 from honing.observe.sinks import MetricSink, close_sinks, log_to, make_sinks
 from honing.rollout.agent import AgentConfig, Gate, run_episode
-from honing.rollout.engines.base import Engine, SamplingParams
+from honing.rollout.engines.base import Engine
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
 from honing.sandbox import PoolUsage, SandboxPool
 from honing.store import TrajectoryWriter, rewind
@@ -344,16 +344,7 @@ class Trainer:
     # -- agent settings --
 
     def agent_config(self, temperature: float, seed: int | None) -> AgentConfig:
-        a = self.config.agent
-        sampling = SamplingParams(
-            temperature=temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=seed
-        )
-        return AgentConfig(
-            sampling=sampling,
-            max_turns=a.max_turns,
-            max_total_tokens=a.max_total_tokens,
-            system_prompt=a.system_prompt,
-        )
+        return self.config.agent_config(temperature, seed)
 
     # -- evaluation --
 

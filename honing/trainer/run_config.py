@@ -21,6 +21,7 @@ covered: running it (`honing.trainer.loop`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field, model_validator
 
@@ -29,6 +30,9 @@ from honing.envs.base import EnvConfig
 from honing.observe.sinks import ObserveConfig
 from honing.rollout.engines import Dtype
 from honing.trainer.config import LearnerConfig
+
+if TYPE_CHECKING:
+    from honing.rollout.agent import AgentConfig
 
 SYNTHETIC_PREFIX = "synthetic-"
 
@@ -221,6 +225,23 @@ class TrainConfig(StrictModel):
     @property
     def total_steps(self) -> int:
         return sum(p.steps for p in self.schedule)
+
+    def agent_config(self, temperature: float, seed: int | None) -> AgentConfig:
+        """The agent loop's settings (`agent`) at this sampling temperature and seed: training
+        rollouts use `agent.temperature`, held-out evaluations `eval.temperature`."""
+        from honing.rollout.agent import AgentConfig
+        from honing.rollout.engines.base import SamplingParams
+
+        a = self.agent
+        sampling = SamplingParams(
+            temperature=temperature, top_p=a.top_p, max_new_tokens=a.max_new_tokens, seed=seed
+        )
+        return AgentConfig(
+            sampling=sampling,
+            max_turns=a.max_turns,
+            max_total_tokens=a.max_total_tokens,
+            system_prompt=a.system_prompt,
+        )
 
     def phase_at(self, step: int) -> tuple[int, Phase]:
         """The phase (index, phase) that update `step` (0-based) belongs to."""
