@@ -897,6 +897,7 @@ def serve_command(
 def _log_to_stderr() -> None:
     """Progress lines of long commands (train, sft) on stderr, with the time."""
     import logging
+    import warnings
 
     from rich.logging import RichHandler
 
@@ -907,6 +908,8 @@ def _log_to_stderr() -> None:
     # CUDA kernels and torch's pytree deprecations say nothing a honing user can act on.
     for noisy in ("torchao", "torch.utils._pytree"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    # peft asks transformers 5 a deprecated question on every LoRA model it wraps.
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*deprecated")
 
 
 def main() -> None:
