@@ -8,7 +8,7 @@
 Scalar names ("/"-separated, per update step):
 
     train/success, train/reward                      means over the update's episodes
-    train/success/domain/<d>, train/success/tag/<t>, train/reward/domain/<d>
+    train/success/domain/<d>, train/success/tag/<t>, train/reward/domain/<d>, train/reward/tag/<t>
     train/reward/component/<c>                       mean over the episodes that have <c>
     train/failures/<reason>                          episodes that ended for <reason> (count)
     retries/<stage>                                  retried attempts by stage (count)
@@ -22,7 +22,7 @@ Scalar names ("/"-separated, per update step):
     learner/<stat>                                   every numeric learner stat
     sandbox/busy_fraction                            when a pool utilisation is given
 
-Histograms: reward/all, reward/domain/<d>, reward/component/<c>, staleness.
+Histograms: reward/all, reward/domain/<d>, reward/tag/<t>, reward/component/<c>, staleness.
 
 An episode's failure reason is `Trajectory.failure` (the environments' `FailureReason` value, a
 deadline stage, or `infra:<stage>`); an unsuccessful episode without one counts under its ending
@@ -117,6 +117,8 @@ def update_metrics(
         h[f"reward/domain/{domain}"] = [t.reward for t in group]
     for tag, group in _by(trajectories, lambda t: t.tags).items():
         s[f"train/success/tag/{tag}"] = _mean([float(t.success) for t in group])
+        s[f"train/reward/tag/{tag}"] = _mean([t.reward for t in group])
+        h[f"reward/tag/{tag}"] = [t.reward for t in group]
     components: dict[str, list[float]] = defaultdict(list)
     for t in trajectories:
         for name, value in t.components.items():

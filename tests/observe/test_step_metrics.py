@@ -69,6 +69,9 @@ def test_update_metrics_by_domain_tag_component_failure_retry_and_time() -> None
     assert s["train/success/tag/easy"] == pytest.approx(1 / 2)
     assert s["train/success/tag/add"] == 0.0
     assert s["train/success/tag/hard"] == 0.0
+    assert s["train/reward/tag/easy"] == pytest.approx((1.0 + 0.25) / 2)
+    assert s["train/reward/tag/add"] == pytest.approx(0.25)
+    assert m.histograms["reward/tag/easy"] == [1.0, 0.25]
     assert s["train/reward/component/outcome"] == pytest.approx(1 / 3)  # the 3 that have it
     assert s["train/reward/component/well_formed"] == pytest.approx((1.0 + 0.5) / 2)
     assert s["train/failures/tool_error"] == 1

@@ -178,7 +178,8 @@ def _per_update(
 
 
 def _mean_at(episodes: Sequence[EpisodePoint], step: int, component: str) -> float | None:
-    values = [e.components.get(component, 0.0) for e in episodes if e.step == step]
+    values = [e.components[component] for e in episodes
+              if e.step == step and component in e.components]  # fmt: skip
     return mean(values) if values else None
 
 
@@ -246,8 +247,9 @@ def progress_section(data: RunData) -> str:
             line_chart(
                 "chart-components",
                 "Reward components per update",
-                "The mean of each named reward component (outcome = solved; the others are "
-                "process rewards such as well-formed tool calls).",
+                "The mean of each named reward component over the episodes that earned one "
+                "(outcome = solved; the others are process rewards such as well-formed tool "
+                "calls), as TensorBoard's train/reward/component/*.",
                 [
                     Series(c, [(float(s), _mean_at(episodes, s, c)) for s in steps], color)
                     for c, color in zip(components, colors(len(components)), strict=True)
