@@ -35,8 +35,9 @@ from typing import Any
 
 import torch
 
+from honing.precision import auto_dtype
 from honing.rollout.engines.base import Prompt, SamplingParams
-from honing.rollout.engines.hf import HFEngine, auto_dtype
+from honing.rollout.engines.hf import HFEngine
 from honing.rollout.models import load_model, load_tokenizer, resolve_model
 
 BATCH = 32

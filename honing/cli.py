@@ -501,12 +501,17 @@ def _eval_table(title: str, columns: list[str]) -> Table:
 
 # -- rollout ---------------------------------------------------------------------------------
 def _make_engine(spec: str, dtype: str, max_batch: int = 32) -> Engine:
+    from honing.precision import resolve
     from honing.rollout.engines import make_engine
 
     if dtype not in ("auto", "bfloat16", "float16", "float32"):
         raise ConfigError(f"--dtype {dtype!r}: allowed: auto, bfloat16, float16, float32")
-    err.print(f"loading engine {spec} …", highlight=False)
-    return make_engine(spec, dtype=dtype, max_batch=max_batch)  # type: ignore[arg-type]
+    if spec.startswith(("openai:", "scripted:")):  # the dtype is the server's
+        err.print(f"loading engine {spec} …", highlight=False)
+        return make_engine(spec, max_batch=max_batch)
+    concrete = resolve(dtype)  # type: ignore[arg-type]
+    err.print(f"loading engine {spec} in {concrete} …", highlight=False)
+    return make_engine(spec, dtype=concrete, max_batch=max_batch)
 
 
 def _sampling(

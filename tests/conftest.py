@@ -21,6 +21,31 @@ from honing.sandbox import SandboxConfig, SandboxPool
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--auto-dtype",
+        choices=["bfloat16", "float32"],
+        default=None,
+        help="Force what dtype 'auto' resolves to (sets $HONING_AUTO_DTYPE), as on a host with "
+        "(bfloat16) or without (float32) bf16 hardware; make test runs the dtype tests under both.",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from honing.precision import FORCE_ENV
+
+    forced = config.getoption("--auto-dtype")
+    if forced is not None:
+        os.environ[FORCE_ENV] = forced  # subprocesses (CLI runs, Ray workers) inherit it
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from honing.precision import FORCE_ENV, auto_dtype, native_bf16
+
+    forced = os.environ.get(FORCE_ENV) or "unset"
+    return f"auto dtype: {auto_dtype()} (native bf16: {native_bf16()}; ${FORCE_ENV}: {forced})"
+
+
 @pytest.fixture
 def project_dir() -> Path:
     """The honing checkout on the host (must be invisible inside the sandbox)."""

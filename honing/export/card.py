@@ -24,7 +24,7 @@ from honing.trainer.loop import BEFORE, WARM_START, EvalPoint
 if TYPE_CHECKING:
     from honing.export.model import ExportDtype, TrainedRun
     from honing.export.quantize import Comparison, Measurement
-    from honing.trainer.run_config import TaskSource
+    from honing.trainer.run_config import TaskSource, TrainConfig
 
 DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 ALGORITHMS = {
@@ -183,6 +183,7 @@ def _training(run: TrainedRun) -> str:
             f"temperature {agent.temperature:g}, {agent.max_turns} turn(s) of at most "
             f"{agent.max_new_tokens} tokens",
         ),
+        ("Precision", _precision(cfg)),
         ("Training tasks", ", ".join(f"`{n}`: {_source(s)}" for n, s in cfg.train.items())),
         (
             "Action format",
@@ -192,6 +193,18 @@ def _training(run: TrainedRun) -> str:
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return f"## Training\n\n| | |\n|---|---|\n{table}\n"
+
+
+def _precision(cfg: TrainConfig) -> str:
+    """The dtypes the run sampled and learned in (config.yaml records them resolved)."""
+    engine, learner = cfg.engine.dtype, cfg.learner.dtype
+    if learner == "auto" or (engine == "auto" and cfg.engine.url is None):
+        return "not recorded (a run from before honing recorded its dtypes)"
+    if cfg.engine.url is not None:
+        return f"sampled by a server in its own dtype, learned in {learner}"
+    if engine == learner:
+        return f"{learner} for sampling and learning"
+    return f"mixed: sampled in {engine}, learned in {learner}"
 
 
 def eval_columns(points: Sequence[EvalPoint], step: int) -> dict[str, dict[str, EvalPoint | None]]:

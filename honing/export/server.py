@@ -741,7 +741,9 @@ async def _serve(model_dir: str | Path, *, host: str, port: int, name: str | Non
     try:
         async with running_server(model_dir, host=host, port=port, name=name, dtype=dtype,
                                   max_batch=max_batch) as running:  # fmt: skip
-            print(f"serving {running.server.name!r} at {running.base_url} "
+            model = getattr(running.server.engine, "model", None)
+            weights = str(model.dtype).removeprefix("torch.") if model is not None else "?"
+            print(f"serving {running.server.name!r} at {running.base_url} in {weights} "
                   "(OpenAI-compatible; Ctrl-C stops)", flush=True)  # fmt: skip
             await stop.wait()
             print("stopping: finishing the requests in flight", flush=True)

@@ -37,7 +37,9 @@ from honing.errors import EventLogError
 
 # The kinds of events and what each carries (besides t, kind and step).
 KINDS: dict[str, str] = {
-    "run_start": "name, model, resumed, config",
+    "run_start": "name, model, resumed, config, precision",
+    "logprob_check": "tokens, max_abs_diff, mean_abs_diff, threshold, passed, engine, learner, "
+    "mixed",
     "phase": "name",
     "episode": "split, set, task_id, domain, tags, sample, success, reward, components, ending, "
     "failure, detail, retries, generation_s, env_s, queue_s, total_s, turns, model_tokens, "

@@ -107,11 +107,12 @@ class LearnerConfig(StrictModel):
         "samples of one prompt cost it once).",
     )
     lora: LoraSettings | None = Field(None, description="A LoRA adapter; None trains every weight.")
-    dtype: Literal["float32", "bfloat16"] = Field(
-        "float32",
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
         description="float32, or bfloat16 autocast for the forward pass (weights stay float32). "
-        "bfloat16 pays only on CPUs with native bf16 (AVX512-BF16, AMX) or on GPUs; without it "
-        "the CPU emulates bf16 and an update is several times slower.",
+        "auto: the engine's dtype when the run states one, else float32 "
+        "(honing.trainer.precision). bfloat16 pays only on CPUs with native bf16 (AVX512-BF16, "
+        "AMX) or on GPUs; without it the CPU emulates bf16 and an update is several times slower.",
     )
     max_importance_weight: float = Field(
         2.0,

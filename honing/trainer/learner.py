@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from honing.errors import CheckpointError
+from honing.precision import train_dtype
 from honing.rl import (
     aggregate,
     decoupled_policy_loss,
@@ -159,6 +160,8 @@ class Learner:
         in place; it is cast to float32). `pad_id`: the padding token (default: the tokenizer's
         pad, else its eos, else 0; padding is masked, so its value only has to be a valid id)."""
         self.config = config
+        # what the forward pass computes in: `auto` is the run's default (honing.precision)
+        self.dtype = train_dtype() if config.dtype == "auto" else config.dtype
         self.tokenizer: Any = None
         if isinstance(model, (str, Path)):
             from honing.rollout.models import load_model, load_tokenizer, resolve_model
@@ -500,7 +503,7 @@ class Learner:
         )
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.config.dtype == "bfloat16":
+        if self.dtype == "bfloat16":
             device = next(self.model.parameters()).device.type
             return torch.autocast(device_type=device, dtype=torch.bfloat16)
         return contextlib.nullcontext()

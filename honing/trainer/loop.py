@@ -47,7 +47,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,8 @@ from honing.store import TrajectoryWriter, rewind
 from honing.store.records import Trajectory
 from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from honing.trainer.learner import Learner, LearnerStats, check_logprob_match
+from honing.trainer.learner import Learner, LearnerStats, MatchReport, check_logprob_match
+from honing.trainer.precision import MATCH_THRESHOLD, SERVER, RunPrecision, decide
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.sources import load_source, without_overlap
 from honing.trainer.sync import sync_weights
@@ -167,6 +168,8 @@ class TrainResult:
     forgetting: list[Forgetting]
     elapsed_s: float
     evals: list[EvalPoint] = field(default_factory=list)
+    precision: RunPrecision | None = None
+    match: MatchReport | None = None  # the start-up check: engine vs learner logprobs
 
     @staticmethod
     def pooled(points: dict[str, EvalPoint]) -> float | None:
@@ -314,8 +317,11 @@ class Trainer:
         on_eval: Callable[[EvalPoint], None] | None = None,
         sinks: Sequence[MetricSink] = (),
         progress: RunProgress | None = None,
+        precision: RunPrecision | None = None,
     ) -> None:
         self.config = config
+        self.precision = precision or decide(config)
+        self.match: MatchReport | None = None
         self.engine = engine
         self.learner: Learner | None = None  # set by `train` once the starting model is known
         self.pool = pool
@@ -568,22 +574,55 @@ class Trainer:
             self.progress.activity(text)
 
     def _check_match(self, trajectories: Sequence[Trajectory]) -> None:
+        """Score the first batch's tokens with the learner and compare with the engine's: a gap
+        means different numerics, temperature, tokens or weights. Expected only in a mixed
+        setup the config stated; anything else is a warning naming the likely cause."""
         scored = [
             t for t in trajectories if any(t.loss_mask) and len(t.logprobs) == len(t.token_ids)
         ]
         if not scored:
             return
         assert self.learner is not None
-        report = check_logprob_match(self.learner, scored[:8])
-        log.info("start-up check: engine vs learner %s", report)
-        if report.max_abs_diff > 1e-2:
-            message = (
-                f"engine and learner disagree on logprobs (max |diff| {report.max_abs_diff:.2e}): "
-                "the importance weights will correct it, but check the engine's dtype and "
-                "temperature"
+        report = self.match = check_logprob_match(self.learner, scored[:8])
+        passed = report.max_abs_diff <= MATCH_THRESHOLD
+        log.info("start-up check: engine vs learner %s (%s)", report, self.precision.describe())
+        emit(
+            "logprob_check",
+            self.state.step + 1,
+            tokens=report.tokens,
+            max_abs_diff=report.max_abs_diff,
+            mean_abs_diff=report.mean_abs_diff,
+            threshold=MATCH_THRESHOLD,
+            passed=passed,
+            engine=self.precision.engine,
+            learner=self.precision.learner,
+            mixed=self.precision.mixed,
+        )
+        if passed:
+            return
+        what = f"engine and learner disagree on logprobs (max |diff| {report.max_abs_diff:.2e})"
+        if self.precision.mixed:
+            log.info(
+                "%s, as expected of the mixed precision the config states (%s); the importance "
+                "weights correct it",
+                what,
+                self.precision.describe(),
             )
-            log.warning("%s", message)
-            emit("warning", self.state.step + 1, message=message)
+            return
+        if self.precision.engine == SERVER:
+            cause = (
+                "the server likely samples in another dtype than the learner's "
+                f"{self.precision.learner} (honing serve --dtype {self.precision.learner}; "
+                f"vLLM --dtype {self.precision.learner}), or with another temperature"
+            )
+        else:
+            cause = (
+                f"check the engine's dtype (this run's is {self.precision.engine}), the agent's "
+                "and the learner's temperature, and the engine's model"
+            )
+        message = f"{what}: the importance weights will correct it, but {cause}"
+        log.warning("%s", message)
+        emit("warning", self.state.step + 1, message=message)
 
     # -- the run --
 
@@ -641,6 +680,8 @@ class Trainer:
             forgetting=list(self.state.forgetting),
             elapsed_s=self.elapsed(),
             evals=list(self.state.evals),
+            precision=self.precision,
+            match=self.match,
         )
         (self.run_dir / RESULT_FILE).write_text(json.dumps(result_json(result), indent=2))
         emit(
@@ -707,6 +748,8 @@ def result_json(result: TrainResult) -> dict[str, Any]:
         "before": {k: v.model_dump(mode="json") for k, v in result.before.items()},
         "after": {k: v.model_dump(mode="json") for k, v in result.after.items()},
         "forgetting": [f.model_dump(mode="json") for f in result.forgetting],
+        "precision": None if result.precision is None else result.precision.model_dump(),
+        "logprob_check": None if result.match is None else asdict(result.match),
     }
 
 
@@ -728,8 +771,14 @@ async def train(
 
     Order: held-out evaluation of the starting model ("before"), the warm start if configured
     (then evaluated again, "warm start"), then the updates. A resumed run with a checkpoint
-    skips straight to its next update."""
+    skips straight to its next update.
+
+    Precision is decided first (honing.trainer.precision): the run directory's config.yaml
+    records the concrete dtypes, so a resumed run computes as the first part did."""
     started = time.monotonic()
+    precision = decide(config)
+    config = precision.apply(config)
+    log.info("precision: %s", precision.describe())
     run_dir = prepare_run_dir(config, resume)
     if config.deterministic:
         torch.use_deterministic_algorithms(True)
@@ -762,11 +811,21 @@ async def train(
             model=config.model,
             resumed=resume,
             config=params,
+            precision=precision.model_dump(),
         )
         if progress is not None:
             progress.start(config.total_steps, resumed_at, name=config.name)
         return await _train(
-            config, run_dir, checkpoint, engine, started, on_step, on_eval, sinks, progress
+            config,
+            run_dir,
+            checkpoint,
+            engine,
+            started,
+            on_step,
+            on_eval,
+            sinks,
+            progress,
+            precision,
         )
 
 
@@ -780,6 +839,7 @@ async def _train(
     on_eval: Callable[[EvalPoint], None] | None,
     sinks: Sequence[MetricSink],
     progress: RunProgress | None,
+    precision: RunPrecision,
 ) -> TrainResult:
     own_engine = engine is None
     engine = engine or _engine(config, config.model)
@@ -794,6 +854,7 @@ async def _train(
                 on_eval=on_eval,
                 sinks=sinks,
                 progress=progress,
+                precision=precision,
             )
             trainer.started = started
             if _remote(engine):  # a server: make it serve the starting model

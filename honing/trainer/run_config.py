@@ -88,7 +88,12 @@ class EngineSettings(StrictModel):
     """The inference engine that generates the rollouts: in process (hf), or a server."""
 
     slots: int = Field(32, ge=1, description="Sequences decoded together.")
-    dtype: Dtype = Field("auto", description="auto picks bf16 only where the CPU/GPU has it.")
+    dtype: Dtype = Field(
+        "auto",
+        description="The engine's weights. auto: the learner's dtype when the run states one, "
+        "else float32, so that the engine samples with the numerics the learner scores with "
+        "(honing.trainer.precision); a dtype different from learner.dtype is a mixed setup.",
+    )
     prefix_cache: bool = Field(True, description="Reuse the KV of earlier turns of an episode.")
     url: str | None = Field(
         None,

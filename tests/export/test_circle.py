@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+pytestmark = pytest.mark.dtype  # run again under each forced auto dtype (make test)
+
 HONING = [sys.executable, "-m", "honing"]
 URL = re.compile(r"at (http://\S+/v1)")
 

@@ -31,6 +31,8 @@ from honing.trainer.learner import Learner
 from honing.trainer.loop import load_run_config, train
 from honing.trainer.run_config import TrainConfig
 
+pytestmark = pytest.mark.dtype  # run again under each forced auto dtype (make test)
+
 QUESTION = re.compile(r"What is (\d+) \+ (\d+)\?")
 IDS = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 2]])
 
@@ -228,6 +230,7 @@ def test_card_has_front_matter_training_and_the_runs_eval_table(
     cells = [f"{100 * e['success']:.0f}% ({e['passed']}/{e['total']})" for e in evals]
     assert f"| `add` | {cells[0]} | {cells[1]} | {cells[2]} |" in card
     assert "Warm start" in card and "LoRA r=4" in card and "GRPO" in card
+    assert "| Precision | float32 for sampling and learning |" in card  # config.yaml, resolved
     assert f'from_pretrained("{lora_merged.out}")' in card
     assert snippets_parse(card) == 1
 

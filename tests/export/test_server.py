@@ -25,6 +25,8 @@ from honing.rollout.engines.hf import HFEngine
 from honing.rollout.engines.openai import OpenAIConfig, OpenAIEngine
 from honing.rollout.models import load_tokenizer
 
+pytestmark = pytest.mark.dtype  # run again under each forced auto dtype (make test)
+
 MESSAGES: Any = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Name three prime numbers and explain why they are prime."},

@@ -203,6 +203,13 @@ def test_a_real_runs_report_renders_in_chromium(
 
     header = opened.page.inner_text("header")
     assert "Held-out success" in header and f"over {STEPS} updates" in header
+    assert "(float32 (sampling and learning))" in header  # the numerics behind the figures
+    summary = opened.page.inner_text("#summary")
+    assert "float32 (sampling and learning)" in summary
+    # a scripted engine's logprobs are not the model's: the check fails, and the page says so
+    assert re.search(
+        r"max \|diff\| \d\.\de[-+]\d\d over \d+ tokens \(over the threshold\)", summary
+    )
     samples = opened.page.query_selector("#samples")
     calls = samples.query_selector_all(".toolcall")
     assert calls and any("answer" in c.inner_text() for c in calls)
@@ -229,6 +236,8 @@ def test_the_report_is_the_same_without_events_from_the_fallback_files(
     assert [u.step for u in data.updates] == list(range(1, STEPS + 1))
     assert [e.step for e in data.episodes] == [s for s in range(1, STEPS + 1) for _ in range(4)]
     assert all(e.staleness == 0 for e in data.episodes)  # on-policy: one version per update
+    assert data.info.precision == "float32 (sampling and learning)"  # config.yaml, resolved
+    assert data.info.logprob_check == "not recorded"
     page = build_report(copy).read_text()
     assert (copy / "report.html").is_file()
     assert "No events.jsonl" in page

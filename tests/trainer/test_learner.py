@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from honing.precision import auto_dtype
 from honing.rl import Aggregation
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.hf import HFEngine
@@ -20,6 +21,8 @@ from honing.trainer import (
     check_logprob_match,
     sync_weights,
 )
+
+pytestmark = pytest.mark.dtype  # run again under each forced auto dtype (make test)
 
 PROMPTS = [[1, 504, 3032, 28], [1, 2016, 314], [1, 77, 88, 99, 100, 4000]]
 
@@ -178,6 +181,27 @@ async def test_weight_sync_makes_the_engine_equal_the_learner(
     before = dict(fresh.model.named_parameters())
     assert any(not torch.equal(w, before[n]) for n, w in weights.items())
     assert check_logprob_match(fresh, greedy).max_abs_diff > 1e-3
+
+
+async def test_sync_into_an_engine_in_its_own_dtype_serves_the_weights_cast_to_it(
+    tiny_model_dir: Path,
+) -> None:
+    """An engine left at `auto` loads in the host's dtype (bf16 on bf16 hardware): a sync from
+    the float32 learner gives it exactly the learner's weights cast to that dtype."""
+    learner = Learner(tiny_model_dir, LearnerConfig())
+    with torch.no_grad():  # a stand-in for an update: every weight moves
+        gen = torch.Generator().manual_seed(0)
+        for p in learner.model.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    async with HFEngine(tiny_model_dir, dtype="auto", eos_ids=[]) as engine:
+        served_dtype = getattr(torch, auto_dtype())
+        assert engine.model.dtype == served_dtype
+        await sync_weights(learner, engine)
+        served = dict(engine.model.named_parameters())
+        weights = learner.weights()
+        assert weights and weights.keys() <= served.keys()
+        for name, tensor in weights.items():
+            assert torch.equal(served[name], tensor.to(served_dtype)), name
 
 
 def test_all_zero_variance_groups_warn_and_take_no_step(

@@ -19,6 +19,8 @@ from honing.rollout.engines.scripted import ScriptedEngine
 from honing.store.records import Group, Trajectory
 from honing.trainer import Learner, LearnerConfig, LoraSettings, sync_weights
 
+pytestmark = pytest.mark.dtype  # run again under each forced auto dtype (make test)
+
 
 def _fake_server_module() -> Any:
     """tests/rollout/fake_openai_server.py, shared with the rollout tests (not a package)."""

@@ -110,6 +110,8 @@ class RunInfo:
     finished: bool  # result.json (or a run_end event) exists
     elapsed_s: float | None
     warm_start_s: float | None  # the warm start's SFT seconds (warm_start/done.json)
+    precision: str = "not recorded"  # the dtypes it sampled and learned in
+    logprob_check: str = "not recorded"  # the start-up check: engine vs learner logprobs
 
 
 @dataclass
@@ -198,11 +200,43 @@ def load_run(run_dir: Path) -> RunData:
         finished=result is not None or end is not None,
         elapsed_s=elapsed,
         warm_start_s=_float(warm.get("seconds")) if warm else None,
+        precision=_precision(start, cfg),
+        logprob_check=_logprob_check(by_kind["logprob_check"]),
     )
     sources = [name for name in (*RUN_FILES, "warm_start/done.json") if (run_dir / name).is_file()]
     if trajectories:
         sources.append(f"trajectories/ ({len(trajectories)} trajectories)")
     return RunData(run_dir, info, updates, episodes, evals, trajectories, sources, notes)
+
+
+def _precision(start: dict[str, Any] | None, cfg: dict[str, Any]) -> str:
+    """The run's dtypes in words, from its run_start event or else its config."""
+    recorded = (start or {}).get("precision")
+    if isinstance(recorded, dict):
+        engine, learner = recorded.get("engine"), recorded.get("learner")
+    else:
+        engine_cfg, learner_cfg = cfg.get("engine") or {}, cfg.get("learner") or {}
+        engine = "server" if engine_cfg.get("url") else engine_cfg.get("dtype", "auto")
+        learner = learner_cfg.get("dtype", "float32")
+    if not isinstance(engine, str) or not isinstance(learner, str) or "auto" in (engine, learner):
+        return "not recorded"
+    if engine == "server":
+        return f"learner {learner}; the server samples in its own dtype"
+    if engine == learner:
+        return f"{learner} (sampling and learning)"
+    return f"mixed: engine {engine}, learner {learner}"
+
+
+def _logprob_check(checks: Sequence[dict[str, Any]]) -> str:
+    """The last start-up check in words."""
+    if not checks:
+        return "not recorded"
+    last = checks[-1]
+    diff, tokens = _float(last.get("max_abs_diff")), _int_or_none(last.get("tokens"))
+    if diff is None or tokens is None:
+        return "not recorded"
+    verdict = "passed" if last.get("passed") else "over the threshold"
+    return f"max |diff| {diff:.1e} over {tokens} tokens ({verdict})"
 
 
 def _read_events(path: Path) -> list[dict[str, Any]]:

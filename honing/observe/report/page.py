@@ -80,6 +80,8 @@ def headline(data: RunData) -> str:
     info, n = data.info, len(data.updates)
     updates = f"{n} update{'s' if n != 1 else ''}"
     took = f" in {duration(info.elapsed_s)}" if info.elapsed_s is not None else ""
+    if info.precision != "not recorded":
+        took += f" ({info.precision})"
     points = _eval_points(data.evals)
     before = next((_pooled(r) for label, r in points if label == BEFORE), None)
     warm = next((_pooled(r) for label, r in points if label == WARM_START), None)
@@ -125,6 +127,8 @@ def summary_section(data: RunData) -> str:
         ("episodes trained on", str(sum(u.episodes for u in updates))),
         ("per update", shape),
         ("warm start", duration(info.warm_start_s) if info.warm_start_s else "none"),
+        ("precision", info.precision),
+        ("engine vs learner logprobs", info.logprob_check),
     ]
     grid = "".join(
         f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>'

@@ -26,13 +26,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field
 
 from honing.config import StrictModel
-
-Dtype = Literal["auto", "bfloat16", "float16", "float32"]  # of a local model's weights
+from honing.precision import Dtype as Dtype  # re-exported: engines take a weights dtype
 
 
 class SamplingParams(StrictModel):

@@ -81,6 +81,7 @@ from typing import Any
 import torch
 
 from honing.errors import ConfigError, EngineError
+from honing.precision import resolve as resolve_dtype
 from honing.rollout.engines.base import (
     Dtype,
     FinishReason,
@@ -98,19 +99,6 @@ from honing.rollout.engines.llama_decode import (
 
 DEFAULT_MAX_LEN = 4096
 PREFILL_TOKENS = 8192  # padded prompt tokens prefilled together at most
-
-
-def auto_dtype(device: torch.device) -> str:
-    """bfloat16 where the hardware computes it fast (AMX / AVX512-BF16 CPUs, bf16 GPUs), else
-    float32 (on other CPUs bf16 matmuls are several times slower than fp32)."""
-    if device.type == "cuda":
-        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    cpu = torch.cpu
-    fast = (
-        getattr(cpu, "_is_amx_tile_supported", lambda: False)()
-        or getattr(cpu, "_is_avx512_bf16_supported", lambda: False)()
-    )
-    return "bfloat16" if fast else "float32"
 
 
 @dataclass(eq=False)
@@ -302,7 +290,7 @@ class HFEngine:
         if isinstance(model, (str, Path)):
             path = resolve_model(str(model))
             target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-            model = load_model(path, auto_dtype(target) if dtype == "auto" else dtype)
+            model = load_model(path, resolve_dtype(dtype, target))
             model.to(target)
             tokenizer = tokenizer if tokenizer is not None else load_tokenizer(path)
         elif dtype != "auto" and getattr(torch, dtype) != model.dtype:
