@@ -6,7 +6,8 @@ limits, not the host; `answer(value)` submits the final answer and ends the epis
 without a tool call that states `\\boxed{...}` or a last line `Answer: ...` is taken as the answer.
 
 Reward components (unweighted):
-    outcome      1 when the answer equals the task's answer (math-verify, in the sandbox), else 0
+    outcome      1 when the answer states a value equal to the task's answer (math-verify, in
+                 the sandbox; a formula such as 483*446 is not a value: honing.tasks.mathcheck)
     tool_ok      1 when every calculator call of the step evaluated, else 0
     well_formed  1 when every tool call of the step was well-formed and known, else 0
 """

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from honing.trainer.loop import BEFORE, WARM_START, EvalPoint
+from honing.trainer.gains import BEFORE, WARM_START, EvalPoint, account
 
 if TYPE_CHECKING:
     from honing.export.model import ExportDtype, TrainedRun
@@ -253,6 +253,12 @@ def _evaluation(run: TrainedRun) -> str:
         f"End-to-end success on held-out tasks never trained on ({sets}), {e.k} episode(s) per "
         f"task at temperature {e.temperature:g}, measured during the run (`evals.jsonl`)."
     )
+    figures = account([p for p in run.evals if p.step <= run.step]).figures()
+    if figures is not None:
+        note += (
+            f" Pooled over the sets: {figures}. The RL gain is measured from the warm start "
+            "(from the base model without one), with a 95% interval over the same episodes."
+        )
     if steps and max(steps) != run.step:
         note += (
             f" The exported checkpoint is step {run.step}; the last evaluation at or before it "

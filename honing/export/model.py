@@ -53,7 +53,8 @@ import torch
 from honing.errors import CheckpointError, ConfigError, ExportError
 from honing.store.files import fsync_tree, pid_alive
 from honing.trainer.checkpoint import latest_checkpoint
-from honing.trainer.loop import CONFIG_FILE, EVALS_FILE, EvalPoint, load_run_config
+from honing.trainer.gains import EvalPoint
+from honing.trainer.loop import CONFIG_FILE, EVALS_FILE, load_run_config
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.warm import DONE_FILE, WARM_DIR
 

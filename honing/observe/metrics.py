@@ -10,6 +10,9 @@ Scalar names ("/"-separated, per update step):
     train/success, train/reward                      means over the update's episodes
     train/success/domain/<d>, train/success/tag/<t>, train/reward/domain/<d>, train/reward/tag/<t>
     train/reward/component/<c>                       mean over the episodes that have <c>
+    train/unaided_answers/domain/<d>                 share of judged answers given without
+                                                     calling any tool but `answer` (math: no
+                                                     calculator call before the answer)
     train/failures/<reason>                          episodes that ended for <reason> (count)
     retries/<stage>                                  retried attempts by stage (count)
     staleness/mean, staleness/max                    policy versions behind (episodes with tokens)
@@ -69,6 +72,17 @@ def failure_reason(trajectory: Trajectory) -> str | None:
     return trajectory.ending.value
 
 
+def unaided(trajectory: Trajectory) -> bool:
+    """Whether the episode called no tool but `answer` (an answer from memory, not worked out
+    with the environment's tools)."""
+    return all(
+        call.get("function", {}).get("name") == "answer"
+        for turn in trajectory.turns
+        if turn.role == "assistant"
+        for call in turn.tool_calls
+    )
+
+
 def staleness(trajectory: Trajectory, learner_version: int) -> int | None:
     """Policy versions between the tokens and the learner that trains on them (None: the episode
     generated nothing)."""
@@ -126,6 +140,9 @@ def update_metrics(
     for name, values in sorted(components.items()):
         s[f"train/reward/component/{name}"] = _mean(values)
         h[f"reward/component/{name}"] = values
+    answered = [t for t in trajectories if "outcome" in t.components]
+    for domain, group in _by(answered, lambda t: [t.domain]).items():
+        s[f"train/unaided_answers/domain/{domain}"] = _mean([float(unaided(t)) for t in group])
     reasons = Counter(r for r in map(failure_reason, trajectories) if r is not None)
     for reason, count in sorted(reasons.items()):
         s[f"train/failures/{reason}"] = float(count)

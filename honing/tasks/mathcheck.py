@@ -6,11 +6,20 @@ pool whose runtime is math-verify as installed beside honing (built offline on f
 preloaded so a comparison costs milliseconds, not a sympy import).
 
     equal = await math_equal(pool, "391", "17*23 = 391")  # True, False, or None (no verdict)
+
+An answer is a value, not a formula to evaluate: when the expected answer is a number, the given
+one must state a number too (its last \\boxed{...}, or what follows its last "="), so `483*446`,
+`483 \\times 446` or `215000 + 418` never earn the answer to "Multiply 483 by 446"; a fraction is
+a value only where a fraction (or a decimal) is expected. An expected expression (`(x+1)^2`) is
+compared symbolically, as math-verify does. The gate is regular expressions on the host: no
+parser sees model text outside the sandbox.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from typing import Literal
 
 from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
 
@@ -36,6 +45,58 @@ print(json.dumps(out))
 """
 
 
+NumberKind = Literal["integer", "decimal", "fraction"]
+_BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
+_UNWRAP = [  # LaTeX that does not change the value: text wrappers, spaces, sizing
+    (re.compile(r"\\(?:text|mathrm|textbf|mathbf)\{([^{}]*)\}"), r"\1"),
+    (re.compile(r"\\[,;:! ]|~|\{,\}|\\left|\\right|\\displaystyle|\$"), ""),
+    (re.compile(r"\\[dt]frac"), r"\\frac"),
+]
+_DIGITS = r"(?:\d{1,3}(?:,\d{3})+|\d+)"  # 215418 or 215,418
+_KINDS: list[tuple[NumberKind, re.Pattern[str]]] = [
+    ("integer", re.compile(rf"[-+]?{_DIGITS}")),
+    ("decimal", re.compile(rf"[-+]?(?:{_DIGITS}?\.\d+|{_DIGITS}\.)")),
+    ("fraction", re.compile(r"[-+]?(?:\d+/\d+|\\frac\{[-+]?\d+\}\{\d+\})")),
+]
+
+
+def final_value(text: str) -> str:
+    """What an answer states as its value: its last \\boxed{...} (else the whole text), after its
+    last "=", without LaTeX wrappers, spaces, a trailing period or enclosing parentheses."""
+    boxed = _BOXED.findall(text)
+    value = str(boxed[-1]) if boxed else text
+    for pattern, replacement in _UNWRAP:
+        value = pattern.sub(replacement, value)
+    value = value.rsplit("=", 1)[-1].strip().rstrip(".").replace(" ", "")
+    while value.startswith("(") and value.endswith(")"):
+        value = value[1:-1]
+    return value.removesuffix("\\%").removesuffix("%")
+
+
+def number_kind(text: str) -> NumberKind | None:
+    """The kind of number `text` states (`final_value`), or None for anything else: a formula,
+    an expression, prose."""
+    value = final_value(text)
+    return next((kind for kind, pattern in _KINDS if pattern.fullmatch(value)), None)
+
+
+def states_a_value(expected: str, given: str) -> bool:
+    """Whether `given` may be compared with `expected` at all: always for an expected
+    expression; for an expected number, only a number (a fraction only where a fraction or a
+    decimal is expected: `8/2` is a division, not the integer 4)."""
+    wanted = number_kind(expected)
+    if wanted is None:
+        return True
+    found = number_kind(given)
+    return found is not None and not (found == "fraction" and wanted == "integer")
+
+
+def _comparable(given: str) -> str:
+    """A stated number as math-verify should read it: the value alone, without thousands
+    separators (which it would read as a tuple)."""
+    return final_value(given).replace(",", "")
+
+
 async def checker_pool(pool: SandboxPool) -> SandboxPool:
     """The sibling of `pool` that can run math-verify."""
     RuntimeStore().build_from_installed(RUNTIME, DISTRIBUTIONS)
@@ -43,18 +104,25 @@ async def checker_pool(pool: SandboxPool) -> SandboxPool:
 
 
 async def math_equal_many(pool: SandboxPool, pairs: list[tuple[str, str]]) -> list[bool] | None:
-    """For each (expected, given): whether they state the same value. None if the sandbox failed."""
-    if not pairs:
-        return []
+    """For each (expected, given): whether they state the same value (a formula where a number
+    is expected never does). None if the sandbox failed."""
+    gated = [
+        (expected, _comparable(given) if number_kind(expected) else given)
+        for expected, given in pairs
+        if states_a_value(expected, given)
+    ]
+    if not gated:
+        return [False] * len(pairs)
     checker = await checker_pool(pool)
     result = await checker.run(
-        ExecRequest(code=PROGRAM, stdin=json.dumps(pairs), timeout_s=TIMEOUT_S, memory_mb=1024)
+        ExecRequest(code=PROGRAM, stdin=json.dumps(gated), timeout_s=TIMEOUT_S, memory_mb=1024)
     )
     if result.status in (ExecStatus.TIMEOUT, ExecStatus.MEMORY_LIMIT, ExecStatus.OUTPUT_LIMIT):
         return [False] * len(pairs)  # an answer that blows the checker's limits is not equal
     if result.status is not ExecStatus.OK:
         return None  # the checker crashed or the sandbox failed: no verdict, not "unequal"
-    return [bool(v) for v in json.loads(result.stdout)]
+    verdicts = iter(bool(v) for v in json.loads(result.stdout))
+    return [next(verdicts) if states_a_value(e, g) else False for e, g in pairs]
 
 
 async def math_equal(pool: SandboxPool, expected: str, given: str) -> bool | None:

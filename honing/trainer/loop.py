@@ -79,6 +79,7 @@ from honing.store import TrajectoryWriter, rewind
 from honing.store.records import Trajectory
 from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from honing.trainer.gains import BEFORE, WARM_START, EvalPoint, Gains, account
 from honing.trainer.learner import Learner, LearnerStats, MatchReport, check_logprob_match
 from honing.trainer.precision import MATCH_THRESHOLD, SERVER, RunPrecision, decide
 from honing.trainer.run_config import TrainConfig
@@ -93,27 +94,9 @@ EVALS_FILE = "evals.jsonl"
 EVENTS_FILE = "events.jsonl"
 WEIGHTS_DIR = "weights"  # staged weights a server engine loads (engine.url)
 RESULT_FILE = "result.json"
-BEFORE = "before"  # the phase name of the starting model's evaluation
-WARM_START = "warm start"  # ... and of the warm-started model's
 
 
 # -- records -----------------------------------------------------------------------------------
-
-
-class EvalPoint(StrictModel):
-    """One held-out set evaluated at one point of the run."""
-
-    step: int  # updates done when it was measured
-    phase: str
-    set: str
-    success: float | None  # end to end; None when no episode could be judged
-    passed: int
-    total: int
-    infra_failed: int
-    seconds: float
-    well_formed: float | None = None  # single step: share of well-formed actions
-    mean_steps: float | None = None  # trajectory: steps per episode
-    recovery: float | None = None  # trajectory: share of episodes with an error that succeeded
 
 
 class Forgetting(StrictModel):
@@ -176,19 +159,15 @@ class TrainResult:
         total = sum(p.total for p in points.values())
         return sum(p.passed for p in points.values()) / total if total else None
 
+    @property
+    def gains(self) -> Gains:
+        """Base -> warm start -> RL, pooled over the held-out sets, with the RL gain's interval."""
+        return account(self.evals)
+
     def line(self, name: str) -> str:
-        """`NAME: held-out success before X% after Y% (+Z pts) in M min`."""
-        before, after = self.pooled(self.before), self.pooled(self.after)
-        minutes = self.elapsed_s / 60
-        if before is None or after is None:
-            return (
-                f"{name}: no held-out success measured ({self.steps} updates) in {minutes:.1f} min"
-            )
-        delta = 100 * (after - before)
-        return (
-            f"{name}: held-out success before {100 * before:.0f}% after {100 * after:.0f}% "
-            f"({delta:+.0f} pts) in {minutes:.1f} min"
-        )
+        """`NAME: held-out success base X% → warm start W% → RL Y% (RL +Z pts, 95% CI a..b;
+        n=N; infra failures F) in M min` (honing.trainer.gains)."""
+        return self.gains.line(name, self.elapsed_s / 60)
 
 
 # -- tasks -------------------------------------------------------------------------------------
@@ -291,10 +270,13 @@ class _EvalProgress:
     def __init__(self, name: str, total: int, live: RunProgress | None = None) -> None:
         self.name, self.total, self.live = name, total, live
         self.done = self.passed = 0
+        self.outcomes: dict[str, bool] = {}  # TASK#SAMPLE -> solved, judged episodes only
 
     def __call__(self, episode: Episode) -> None:
         self.done += 1
         self.passed += int(episode.success)
+        if not episode.infra_failed:
+            self.outcomes[f"{episode.task_id}#{episode.sample}"] = episode.success
         if self.live is not None:
             self.live.activity(f"eval {self.name} {self.done}/{self.total}")
         if self.done % max(1, self.total // 4) == 0 and self.done < self.total:
@@ -367,6 +349,7 @@ class Trainer:
                 fields = episode_fields(trajectory, split="eval", set=set_name, staleness=None)
                 emit("episode", step, **fields)
 
+            progress = _EvalProgress(name, total, self.progress)
             report = await evaluate_engine(
                 taskset,
                 self.engine,
@@ -375,7 +358,7 @@ class Trainer:
                 k=self.config.eval.k,
                 config=self.env_config,
                 agent=agent,
-                on_episode=_EvalProgress(name, total, self.progress),
+                on_episode=progress,
                 on_trajectory=logged,
             )
             e2e = report.end_to_end
@@ -391,6 +374,7 @@ class Trainer:
                 well_formed=report.single_step.well_formed_rate,
                 mean_steps=report.trajectory.mean_steps,
                 recovery=report.trajectory.recovery_rate,
+                outcomes=progress.outcomes,
             )
             log.info(
                 "eval %s (%s): success %s (%d/%d), well-formed actions %s, %.1f steps per "
@@ -407,7 +391,7 @@ class Trainer:
             points.append(point)
             self.state.evals.append(point)
             _append_json(self.run_dir / EVALS_FILE, point.model_dump(mode="json"))
-            emit("eval", step, **point.model_dump(mode="json", exclude={"step"}))
+            emit("eval", step, **point.model_dump(mode="json", exclude={"step", "outcomes"}))
             log_to(self.sinks, step, eval_scalars(name, point.success, point.well_formed))
             if self.on_eval is not None:
                 self.on_eval(point)
@@ -550,6 +534,11 @@ class Trainer:
             episodes_per_s=episodes_per_s,
             staleness=staleness_counts(lags),
             learner=learner,
+            unaided_answers={
+                name.rsplit("/", 1)[-1]: value
+                for name, value in metrics.scalars.items()
+                if name.startswith("train/unaided_answers/domain/")
+            },
         )
         emit(
             "sandbox",
@@ -683,7 +672,8 @@ class Trainer:
             precision=self.precision,
             match=self.match,
         )
-        (self.run_dir / RESULT_FILE).write_text(json.dumps(result_json(result), indent=2))
+        record = result_json(result, cfg.name)
+        (self.run_dir / RESULT_FILE).write_text(json.dumps(record, indent=2))
         emit(
             "run_end",
             result.steps,
@@ -691,6 +681,8 @@ class Trainer:
             elapsed_s=result.elapsed_s,
             heldout_before=TrainResult.pooled(result.before),
             heldout_after=TrainResult.pooled(result.after),
+            gains=record["gains"],
+            line=record["line"],
         )
         return result
 
@@ -739,14 +731,19 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
-def result_json(result: TrainResult) -> dict[str, Any]:
+def result_json(result: TrainResult, name: str) -> dict[str, Any]:
+    def point(p: EvalPoint) -> dict[str, Any]:
+        return p.model_dump(mode="json", exclude={"outcomes"})
+
     return {
         "steps": result.steps,
         "elapsed_s": result.elapsed_s,
+        "line": result.line(name),
+        "gains": result.gains.summary(),
         "heldout_before": TrainResult.pooled(result.before),
         "heldout_after": TrainResult.pooled(result.after),
-        "before": {k: v.model_dump(mode="json") for k, v in result.before.items()},
-        "after": {k: v.model_dump(mode="json") for k, v in result.after.items()},
+        "before": {k: point(v) for k, v in result.before.items()},
+        "after": {k: point(v) for k, v in result.after.items()},
         "forgetting": [f.model_dump(mode="json") for f in result.forgetting],
         "precision": None if result.precision is None else result.precision.model_dump(),
         "logprob_check": None if result.match is None else asdict(result.match),

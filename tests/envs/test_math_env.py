@@ -53,6 +53,32 @@ async def test_reference_solves_and_noop_fails(env: MathEnv) -> None:
     assert noop.components == {"well_formed": 0.0} and not noop.done
 
 
+MULTIPLY = MathTask(id="mul-483", prompt="Multiply 483 by 446.", answer="215418")
+
+
+@pytest.mark.parametrize(
+    ("value", "outcome"),
+    [
+        ("483*446", 0.0),  # a formula is not an answer: the calculator is there to evaluate it
+        ("483 \\times 446", 0.0),
+        ("215000 + 418", 0.0),
+        ("\\boxed{483 \\cdot 446}", 0.0),
+        ("215418 = 483*446", 0.0),  # the value stated last is what counts
+        ("215418", 1.0),
+        ("215,418", 1.0),
+        ("483*446 = 215418", 1.0),  # the working, then the value
+        ("\\boxed{215418}", 1.0),
+    ],
+)
+async def test_an_answer_is_a_value_not_a_formula_to_evaluate(
+    env: MathEnv, value: str, outcome: float
+) -> None:
+    await env.reset(MULTIPLY)
+    result = await env.step(calls(call("answer", value=value)))
+    assert result.done and result.components["outcome"] == outcome
+    assert not result.info.infrastructure  # a verdict, not a checker failure
+
+
 async def test_calculator_is_exact_and_refuses_code(env: MathEnv) -> None:
     await env.reset(PRODUCT)
     result = await env.step(calls(

@@ -231,6 +231,11 @@ def test_card_has_front_matter_training_and_the_runs_eval_table(
     assert f"| `add` | {cells[0]} | {cells[1]} | {cells[2]} |" in card
     assert "Warm start" in card and "LoRA r=4" in card and "GRPO" in card
     assert "| Precision | float32 for sampling and learning |" in card  # config.yaml, resolved
+    assert re.search(
+        r"Pooled over the sets: base \d+% → warm start \d+% → RL \d+% \(RL [+-]\d+ pts, 95% CI "
+        r"[+-]\d+\.\.[+-]\d+; n=\d+; infra failures \d+\)",
+        card,
+    )
     assert f'from_pretrained("{lora_merged.out}")' in card
     assert snippets_parse(card) == 1
 

@@ -457,3 +457,27 @@ def test_the_headline_says_what_the_warm_start_and_rl_each_gave(tmp_path: Path) 
         "Held-out success 0% → 62% over 6 updates in 8.6 min; the warm start gave +56 pts, "
         "RL +6 pts."
     )
+
+
+def test_a_finished_runs_headline_gives_its_accounting_with_n_and_interval(
+    tmp_path: Path,
+) -> None:
+    """result.json's gains (honing.trainer.gains): base → warm start → RL, the RL gain from the
+    warm start with its 95% interval, n and infrastructure failures, as the last line says."""
+    run = tmp_path / "run"
+    run.mkdir()
+    gains = {
+        "base": {"step": 0, "success": 0.0, "passed": 0, "total": 128, "infra_failed": 0},
+        "warm_start": {"step": 0, "success": 0.5, "passed": 64, "total": 128, "infra_failed": 0},
+        "rl": {"step": 20, "success": 0.8125, "passed": 104, "total": 128, "infra_failed": 1},
+        "rl_gain": 0.3125,
+        "ci95": [0.2217, 0.3975],
+        "n": 128,
+        "paired": True,
+        "infra_failures": 1,
+    }
+    (run / "result.json").write_text(json.dumps({"steps": 20, "elapsed_s": 540.0, "gains": gains}))
+    assert headline(load_run(run)) == (
+        "Held-out success base 0% → warm start 50% → RL 81% over 0 updates in 9.0 min: RL +31 "
+        "pts (95% CI +22..+40; n=128; infra failures 1); the warm start gave +50 pts."
+    )

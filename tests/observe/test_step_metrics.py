@@ -131,3 +131,26 @@ def test_episode_fields_sum_tool_time_and_list_per_turn_times() -> None:
     assert f["failure"] == "tool_error" and f["ending"] == "done"
     assert f["retries"] == [{"stage": "step", "cause": "X"}]
     assert f["tags"] == ["easy", "add"] and f["policy_version"] == 2
+
+
+def answered(domain: str, tools: Sequence[Sequence[str]], outcome: float | None) -> Trajectory:
+    """An episode whose assistant turns call `tools` (one list per turn)."""
+    turns = [
+        Turn(role="assistant", text="", tool_calls=[{"function": {"name": n}} for n in names])
+        for names in tools
+    ]
+    components = {} if outcome is None else {"outcome": outcome}
+    return Trajectory(task_id="t", domain=domain, turns=turns, components=components)
+
+
+def test_unaided_answers_are_the_judged_answers_given_without_a_tool() -> None:
+    batch = [
+        answered("math", [["calculator"], ["answer"]], 1.0),  # worked out: aided
+        answered("math", [["answer"]], 1.0),  # from memory
+        answered("math", [[]], 0.0),  # a boxed answer in the text, no call at all
+        answered("math", [["calculator"]], None),  # never answered: not counted
+        answered("tools", [["lookup", "answer"]], 0.0),
+    ]
+    s = update_metrics(batch, learner_version=0, learner={}, timings=Timings(1.0, 0.0, 0.0))
+    assert s.scalars["train/unaided_answers/domain/math"] == pytest.approx(2 / 3)
+    assert s.scalars["train/unaided_answers/domain/tools"] == 0.0

@@ -11,7 +11,7 @@ import pytest
 
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
 from honing.tasks import apply_quality_filter, load_tasks, verify_references
-from honing.tasks.mathcheck import math_equal_many
+from honing.tasks.mathcheck import final_value, math_equal_many, number_kind
 from honing.tasks.quality import code_program
 
 BAD_CODE = {
@@ -60,12 +60,39 @@ MATH_CASES = [
     ("\\frac{1}{2}", "0.25", False),
     # parsed inside the sandbox: text that would run code on a host parser is only unequal
     ("1", "__import__('os').system('touch /tmp/honing-pwned')", False),
+    # an expected number needs a stated number: a formula is not evaluated for the model
+    ("215418", "483*446", False),
+    ("215418", "483 \\times 446", False),
+    ("215418", "215000 + 418", False),
+    ("4", "8/2", False),  # a division where an integer is asked
+    ("215418", "215,418", True),
+    ("0.75", "3/4", True),  # a fraction where a decimal is asked is a value
+    ("\\frac{3}{4}", "\\dfrac{3}{4}", True),
+    ("2\\sqrt{2}", "\\sqrt{8}", True),  # an expected expression: compared symbolically
 ]
 
 
 async def test_math_equal_in_the_sandbox(pool: SandboxPool) -> None:
     found = await math_equal_many(pool, [(e, g) for e, g, _ in MATH_CASES])
     assert found == [equal for _, _, equal in MATH_CASES]
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "kind"),
+    [
+        ("17*23 = 391", "391", "integer"),
+        ("so the answer is \\boxed{-1,024}.", "-1,024", "integer"),
+        ("$\\text{0.5}$", "0.5", "decimal"),
+        ("(\\dfrac{3}{4})", "\\frac{3}{4}", "fraction"),
+        ("25\\%", "25", "integer"),
+        ("483 \\times 446", "483\\times446", None),
+        ("\\boxed{2^{10}}", "2^{10}", None),
+        ("391 apples", "391apples", None),
+    ],
+)
+def test_the_value_an_answer_states(text: str, value: str, kind: str | None) -> None:
+    assert final_value(text) == value
+    assert number_kind(text) == kind
 
 
 def test_code_program_calls_check_only_when_defined() -> None:

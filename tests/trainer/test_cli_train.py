@@ -13,7 +13,8 @@ import yaml
 
 HONING = [sys.executable, "-m", "honing"]
 LAST_LINE = re.compile(
-    r"^tiny: held-out success before \d+% after \d+% \([+-]\d+ pts\) in [\d.]+ min$"
+    r"^tiny: held-out success base \d+% → RL \d+% \(RL [+-]\d+ pts, 95% CI [+-]\d+\.\.[+-]\d+; "
+    r"n=2; infra failures 0\) in [\d.]+ min$"
 )
 
 

@@ -112,6 +112,7 @@ class RunInfo:
     warm_start_s: float | None  # the warm start's SFT seconds (warm_start/done.json)
     precision: str = "not recorded"  # the dtypes it sampled and learned in
     logprob_check: str = "not recorded"  # the start-up check: engine vs learner logprobs
+    gains: dict[str, Any] | None = None  # result.json's base -> warm start -> RL accounting
 
 
 @dataclass
@@ -202,6 +203,7 @@ def load_run(run_dir: Path) -> RunData:
         warm_start_s=_float(warm.get("seconds")) if warm else None,
         precision=_precision(start, cfg),
         logprob_check=_logprob_check(by_kind["logprob_check"]),
+        gains=_gains(result, end),
     )
     sources = [name for name in (*RUN_FILES, "warm_start/done.json") if (run_dir / name).is_file()]
     if trajectories:
@@ -225,6 +227,15 @@ def _precision(start: dict[str, Any] | None, cfg: dict[str, Any]) -> str:
     if engine == learner:
         return f"{learner} (sampling and learning)"
     return f"mixed: engine {engine}, learner {learner}"
+
+
+def _gains(result: dict[str, Any] | None, end: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run's base -> warm start -> RL accounting (result.json, else the run_end event)."""
+    for source in (result, end):
+        gains = (source or {}).get("gains")
+        if isinstance(gains, dict):
+            return gains
+    return None
 
 
 def _logprob_check(checks: Sequence[dict[str, Any]]) -> str:

@@ -12,6 +12,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from honing.observe.report.charts import (
     PALETTE,
@@ -75,6 +76,35 @@ def _eval_points(evals: Sequence[EvalRow]) -> list[tuple[str, list[EvalRow]]]:
     return [(key[2], rows) for key, rows in sorted(points.items())]
 
 
+def _stage_rate(stage: Any) -> float | None:
+    value = stage.get("success") if isinstance(stage, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _gains_headline(gains: dict[str, Any], updates: str, took: str) -> str | None:
+    """The finished run's accounting: base -> warm start -> RL, the RL gain with its interval,
+    n and infrastructure failures (as the last line of `honing train` says it)."""
+    rates = {k: _stage_rate(gains.get(k)) for k in ("base", "warm_start", "rl")}
+    labels = {"base": "base", "warm_start": "warm start", "rl": "RL"}
+    shown = [f"{labels[k]} {pct(v)}" for k, v in rates.items() if v is not None]
+    if not shown:
+        return None
+    text = f"Held-out success {' → '.join(shown)} over {updates}{took}"
+    gain, ci = gains.get("rl_gain"), gains.get("ci95")
+    if isinstance(gain, int | float) and isinstance(ci, list) and len(ci) == 2:
+        low, high = (f"{100 * float(x):+.0f}" for x in ci)
+        text += (
+            f": RL {pts(float(gain))} (95% CI {low}..{high}; n={gains.get('n')}; infra "
+            f"failures {gains.get('infra_failures')})"
+        )
+    else:
+        text += ": no evaluation after RL"
+    base, warm = rates["base"], rates["warm_start"]
+    if base is not None and warm is not None:
+        text += f"; the warm start gave {pts(warm - base)}"
+    return text + "."
+
+
 def headline(data: RunData) -> str:
     """The run in one sentence: held-out before -> after, and who gave what."""
     info, n = data.info, len(data.updates)
@@ -82,6 +112,10 @@ def headline(data: RunData) -> str:
     took = f" in {duration(info.elapsed_s)}" if info.elapsed_s is not None else ""
     if info.precision != "not recorded":
         took += f" ({info.precision})"
+    if info.gains is not None:
+        said = _gains_headline(info.gains, updates, took)
+        if said is not None:
+            return said
     points = _eval_points(data.evals)
     before = next((_pooled(r) for label, r in points if label == BEFORE), None)
     warm = next((_pooled(r) for label, r in points if label == WARM_START), None)

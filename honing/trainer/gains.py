@@ -1,0 +1,181 @@
+"""Where a run's held-out success came from: base -> warm start -> RL, with n and uncertainty.
+
+    EvalPoint                          one held-out set evaluated at one point (evals.jsonl)
+    gains = account(evals)             -> Gains (pooled over the held-out sets)
+    gains.line("quickstart", minutes)  the last line of `honing train`
+
+The RL gain is the last evaluation after an update minus the warm start's (the base model's when
+there was no warm start), never minus the base when a warm start ran: SFT's share is not RL's.
+Its 95% interval pairs the same held-out episodes at the two points (Newcombe's hybrid score
+interval, honing.eval.stats); evaluations recorded without per-episode outcomes fall back to the
+interval for independent samples. Infrastructure failures are left out of every rate and counted.
+
+Not covered: per-set breakdowns (result.json and the report keep each set's points), evaluations
+between the warm start and the last one (the report draws them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from honing.config import StrictModel
+from honing.eval.stats import difference_interval, difference_interval_counts
+
+BEFORE = "before"  # EvalPoint.phase of the evaluation before training
+WARM_START = "warm start"  # ... and of the one after the warm start
+
+
+class EvalPoint(StrictModel):
+    """One held-out set evaluated at one point of the run."""
+
+    step: int  # updates done when it was measured
+    phase: str
+    set: str
+    success: float | None  # end to end; None when no episode could be judged
+    passed: int
+    total: int
+    infra_failed: int
+    seconds: float
+    well_formed: float | None = None  # single step: share of well-formed actions
+    mean_steps: float | None = None  # trajectory: steps per episode
+    recovery: float | None = None  # trajectory: share of episodes with an error that succeeded
+    outcomes: dict[str, bool] = Field(
+        default_factory=dict,
+        description="'TASK#SAMPLE' -> solved, for the judged episodes (pairs two evaluations).",
+    )
+
+
+class Stage(StrictModel):
+    """One evaluation point, pooled over the held-out sets."""
+
+    step: int
+    passed: int
+    total: int = Field(description="Judged episodes (infrastructure failures left out).")
+    infra_failed: int
+    outcomes: dict[str, bool] = Field(
+        default_factory=dict, description="'SET/TASK#SAMPLE' -> solved, for the judged episodes."
+    )
+
+    @property
+    def success(self) -> float | None:
+        return self.passed / self.total if self.total else None
+
+
+class Gains(StrictModel):
+    """Base, warm start and RL success, and the RL gain with its interval."""
+
+    base: Stage | None
+    warm: Stage | None
+    rl: Stage | None
+    rl_gain: float | None = Field(description="RL success minus the warm start's (or base's).")
+    ci_low: float | None
+    ci_high: float | None
+    n: int = Field(description="Episodes the gain is measured on (pairs when paired).")
+    paired: bool
+    infra_failures: int = Field(description="Held-out episodes the infrastructure failed.")
+
+    def summary(self) -> dict[str, object]:
+        """The figures as JSON (result.json, the run_end event): rates, gain, interval, counts."""
+
+        def stage(s: Stage | None) -> dict[str, object] | None:
+            if s is None:
+                return None
+            return {"step": s.step, "success": s.success, "passed": s.passed, "total": s.total,
+                    "infra_failed": s.infra_failed}  # fmt: skip
+
+        return {
+            "base": stage(self.base),
+            "warm_start": stage(self.warm),
+            "rl": stage(self.rl),
+            "rl_gain": self.rl_gain,
+            "ci95": None if self.ci_low is None else [self.ci_low, self.ci_high],
+            "n": self.n,
+            "paired": self.paired,
+            "infra_failures": self.infra_failures,
+        }
+
+    def figures(self) -> str | None:
+        """`base X% → warm start W% → RL Y% (RL +Z pts, 95% CI a..b; n=N; infra failures F)`,
+        or None when no held-out set was evaluated."""
+        stages = [("base", self.base), ("warm start", self.warm), ("RL", self.rl)]
+        shown = " → ".join(f"{label} {_pct(s.success)}" for label, s in stages if s is not None)
+        if not shown:
+            return None
+        if self.rl_gain is None or self.ci_low is None or self.ci_high is None:
+            return f"{shown} (no evaluation after RL; infra failures {self.infra_failures})"
+        return (
+            f"{shown} (RL {_pts(self.rl_gain)}, 95% CI {_pts(self.ci_low, unit=False)}.."
+            f"{_pts(self.ci_high, unit=False)}; n={self.n}; infra failures "
+            f"{self.infra_failures})"
+        )
+
+    def line(self, name: str, minutes: float) -> str:
+        """`NAME: held-out success FIGURES in M min` (see `figures`)."""
+        figures = self.figures()
+        took = f"in {minutes:.1f} min"
+        if figures is None:
+            return f"{name}: no held-out success measured {took}"
+        return f"{name}: held-out success {figures} {took}"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def _pts(value: float, unit: bool = True) -> str:
+    return f"{100 * value:+.0f}" + (" pts" if unit else "")
+
+
+def pooled(points: Sequence[EvalPoint]) -> Stage:
+    """Several held-out sets evaluated at one point, as one stage."""
+    outcomes = {f"{p.set}/{key}": ok for p in points for key, ok in p.outcomes.items()}
+    return Stage(
+        step=points[0].step,
+        passed=sum(p.passed for p in points),
+        total=sum(p.total for p in points),
+        infra_failed=sum(p.infra_failed for p in points),
+        outcomes=outcomes,
+    )
+
+
+def account(evals: Sequence[EvalPoint]) -> Gains:
+    """The run's gains from its evaluation points (the latest of each stage)."""
+
+    def stage(chosen: list[EvalPoint]) -> Stage | None:
+        return pooled(chosen) if chosen else None
+
+    def latest(points: list[EvalPoint]) -> list[EvalPoint]:
+        if not points:
+            return []
+        last = max(p.step for p in points)
+        return [p for p in points if p.step == last]
+
+    base = stage(latest([p for p in evals if p.step == 0 and p.phase == BEFORE]))
+    warm = stage(latest([p for p in evals if p.step == 0 and p.phase == WARM_START]))
+    rl = stage(latest([p for p in evals if p.step > 0]))
+    start = warm if warm is not None else base
+    infra = sum(s.infra_failed for s in (base, warm, rl) if s is not None)
+    if rl is None or start is None or rl.success is None or start.success is None:
+        return Gains(base=base, warm=warm, rl=rl, rl_gain=None, ci_low=None, ci_high=None,
+                     n=rl.total if rl else 0, paired=False, infra_failures=infra)  # fmt: skip
+    shared = sorted(start.outcomes.keys() & rl.outcomes.keys())
+    paired = len(shared) == start.total == rl.total and bool(shared)
+    if paired:
+        interval = difference_interval(
+            [start.outcomes[k] for k in shared], [rl.outcomes[k] for k in shared]
+        )
+    else:
+        interval = difference_interval_counts(start.passed, start.total, rl.passed, rl.total)
+    return Gains(
+        base=base,
+        warm=warm,
+        rl=rl,
+        rl_gain=rl.success - start.success,
+        ci_low=interval.low,
+        ci_high=interval.high,
+        n=len(shared) if paired else rl.total,
+        paired=paired,
+        infra_failures=infra,
+    )
