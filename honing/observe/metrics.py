@@ -2,6 +2,8 @@
 
     m = update_metrics(trajectories, learner_version=3, learner=stats_dict,
                        timings=Timings(rollout_s=12.0, update_s=3.0, sync_s=0.2))
+    signal = learning_signal(groups)          # how many groups could teach anything
+    signal_warning(recent_signals, entropy)   # a warning when most could not, several times
     m.scalars["train/success/domain/math"], m.histograms["reward/all"]
     episode_fields(trajectory, split="train", set="math", staleness=0)   # an `episode` event
 
@@ -25,6 +27,9 @@ Scalar names ("/"-separated, per update step):
     learner/<stat>                                   every numeric learner stat
     sandbox/busy_fraction                            when a pool utilisation is given
 
+Learning signal (per update): signal/zero_variance_share (groups whose rewards are all equal:
+GRPO learns nothing from them), signal/all_failed_share, signal/all_solved_share, train/reward_std.
+
 Histograms: reward/all, reward/domain/<d>, reward/tag/<t>, reward/component/<c>, staleness.
 
 An episode's failure reason is `Trajectory.failure` (the environments' `FailureReason` value, a
@@ -41,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from honing.store.records import Ending, Trajectory
+from honing.store.records import Ending, Group, Trajectory
 
 
 @dataclass(frozen=True)
@@ -228,3 +233,95 @@ def episode_fields(
         "policy_version": t.policy_version,
         "staleness": staleness,
     }
+
+
+@dataclass(frozen=True)
+class Signal:
+    """How much one update's groups could teach: GRPO learns only from groups whose rewards
+    differ."""
+
+    groups: int
+    zero_variance: int  # groups whose rewards are all equal
+    all_failed: int  # ... of them, every sample unsuccessful
+    all_solved: int  # ... of them, every sample successful
+    reward_mean: float
+    reward_std: float  # over the update's episodes (population std)
+
+    @property
+    def zero_variance_share(self) -> float:
+        return self.zero_variance / self.groups if self.groups else 0.0
+
+    def scalars(self) -> dict[str, float]:
+        """The per-update scalars (see the module docstring)."""
+        n = max(1, self.groups)
+        return {
+            "signal/zero_variance_share": self.zero_variance_share,
+            "signal/all_failed_share": self.all_failed / n,
+            "signal/all_solved_share": self.all_solved / n,
+            "train/reward_std": self.reward_std,
+        }
+
+
+def learning_signal(groups: Sequence[Group]) -> Signal:
+    """The update's `Signal`: zero-variance groups (equal rewards, as dynamic sampling drops
+    them), split by whether they all failed or all succeeded, and the reward's mean and std."""
+    flat = [t.reward for g in groups for t in g.trajectories]
+    zero = [g for g in groups if g.trajectories and len(set(g.rewards)) == 1]
+    mean = _mean(flat)
+    std = (sum((r - mean) ** 2 for r in flat) / len(flat)) ** 0.5 if flat else 0.0
+    return Signal(
+        groups=len(groups),
+        zero_variance=len(zero),
+        all_failed=sum(1 for g in zero if not any(t.success for t in g.trajectories)),
+        all_solved=sum(1 for g in zero if all(t.success for t in g.trajectories)),
+        reward_mean=mean,
+        reward_std=std,
+    )
+
+
+LOW_ENTROPY = 0.1  # mean token entropy (nats) under which sampling barely varies
+
+
+def signal_warning(
+    history: Sequence[Signal], entropy: float | None, *, after: int = 3, share: float = 0.5
+) -> str | None:
+    """A warning when each of the last `after` updates had more than `share` of its groups with
+    equal rewards, said once per such streak (at the update that completes it), naming the
+    likely causes; None otherwise. `entropy`: the policy's mean token entropy at the last one."""
+
+    def starved(signal: Signal) -> bool:
+        return signal.groups > 0 and signal.zero_variance_share > share
+
+    recent = history[-after:]
+    if len(recent) < after or not all(starved(s) for s in recent):
+        return None
+    if len(history) > after and starved(history[-after - 1]):
+        return None  # the same streak: already said
+    zero = sum(s.zero_variance for s in recent)
+    total = sum(s.groups for s in recent)
+    failed, solved = sum(s.all_failed for s in recent), sum(s.all_solved for s in recent)
+    causes = []
+    if failed * 2 >= zero:
+        causes.append(
+            f"{failed} of them failed every sample: the tasks are too hard for the policy "
+            "(easier tasks, a warm start, or larger groups: n)"
+        )
+    if solved * 2 >= zero:
+        causes.append(
+            f"{solved} of them solved every sample: the tasks are too easy (harder tasks)"
+        )
+    if not causes:
+        causes.append(
+            "their rewards are equal without all failing or all succeeding: check the "
+            "environment's reward components"
+        )
+    if entropy is not None and entropy < LOW_ENTROPY:
+        causes.append(
+            f"the policy's entropy is {entropy:.3f}: it samples nearly the same answer every "
+            "time (raise agent.temperature)"
+        )
+    return (
+        f"little learning signal: in each of the last {after} updates more than "
+        f"{100 * share:.0f}% of the groups had equal rewards ({zero} of {total} groups), and "
+        f"GRPO learns nothing from those; {'; '.join(causes)}"
+    )

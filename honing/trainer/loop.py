@@ -62,9 +62,12 @@ from honing.eval.metrics import Episode
 from honing.eval.model import evaluate_engine
 from honing.observe.events import EventLog, emit, truncate_events, use
 from honing.observe.metrics import (
+    Signal,
     Timings,
     episode_fields,
     eval_scalars,
+    learning_signal,
+    signal_warning,
     staleness,
     staleness_counts,
     update_metrics,
@@ -328,6 +331,7 @@ class Trainer:
         self.first_step = state.step
         self.loop_started = self.started
         self.checked_match = False
+        self.signals: list[Signal] = []  # each update's learning signal, for the warning
 
     # -- agent settings --
 
@@ -460,6 +464,8 @@ class Trainer:
         if not self.checked_match:
             self.checked_match = True
             self._check_match(trajectories)
+        signal = learning_signal(groups)
+        self.signals.append(signal)
         self._activity("update")
         stats = self.learner.update(groups)
         self._activity("sync")
@@ -494,10 +500,15 @@ class Trainer:
             "update_s": report.update_s,
             "sync_s": report.sync_s,
             "learner": {k: getattr(stats, k) for k in stats.__dataclass_fields__},
+            "signal": asdict(signal),
             "time": time.time(),
         }
         _append_json(self.run_dir / METRICS_FILE, record)
         self._observe(report, trajectories, lags, version, self.pool.usage().since(usage))
+        warning = signal_warning(self.signals, stats.entropy if stats.stepped else None)
+        if warning is not None:
+            log.warning("%s", warning)
+            emit("warning", report.step, message=warning)
         return report
 
     def _observe(
@@ -517,6 +528,8 @@ class Trainer:
             timings=Timings(rollout_s=r.rollout_s, update_s=r.update_s, sync_s=r.sync_s),
             busy_fraction=used.busy_fraction,
         )
+        signal = self.signals[-1]
+        metrics.scalars.update(signal.scalars())
         tokens_per_s = metrics.scalars.get("throughput/tokens_per_s", 0.0)
         episodes_per_s = metrics.scalars.get("throughput/episodes_per_s", 0.0)
         emit(
@@ -534,6 +547,7 @@ class Trainer:
             episodes_per_s=episodes_per_s,
             staleness=staleness_counts(lags),
             learner=learner,
+            signal=asdict(signal),
             unaided_answers={
                 name.rsplit("/", 1)[-1]: value
                 for name, value in metrics.scalars.items()

@@ -193,6 +193,10 @@ def test_a_real_runs_report_renders_in_chromium(
     assert charts["chart-time"][0] == STEPS
     assert charts["chart-evals"][0] == len(evals) == 3  # before, update 2, update 3
     assert charts["chart-learner-loss"][0] == STEPS
+    assert charts["chart-signal"][0] == 3 * STEPS  # equal rewards, all failed, all solved
+    assert charts["chart-signal-spread"][0] == 2 * STEPS  # reward std, entropy
+    signal = opened.page.inner_text("#signal")
+    assert re.search(r"\d+ of \d+ groups \(\d+%\) had equal rewards and taught nothing", signal)
     assert charts["chart-tag"][0] > 0  # tags "easy"/"hard" split the tasks
     stored = read_trajectories(real_run)
     staleness_bars = charts["chart-staleness"][0]

@@ -7,15 +7,18 @@ from collections.abc import Sequence
 import pytest
 
 from honing.observe.metrics import (
+    Signal,
     Timings,
     episode_fields,
     eval_scalars,
     failure_reason,
+    learning_signal,
+    signal_warning,
     staleness,
     staleness_counts,
     update_metrics,
 )
-from honing.store.records import Ending, Retry, Trajectory, Turn
+from honing.store.records import Ending, Group, Retry, Trajectory, Turn
 
 
 def traj(
@@ -154,3 +157,48 @@ def test_unaided_answers_are_the_judged_answers_given_without_a_tool() -> None:
     s = update_metrics(batch, learner_version=0, learner={}, timings=Timings(1.0, 0.0, 0.0))
     assert s.scalars["train/unaided_answers/domain/math"] == pytest.approx(2 / 3)
     assert s.scalars["train/unaided_answers/domain/tools"] == 0.0
+
+
+def group(rewards: Sequence[float], solved: Sequence[bool]) -> Group:
+    trajs = [
+        Trajectory(task_id="t", domain="math", reward=r, success=ok)
+        for r, ok in zip(rewards, solved, strict=True)
+    ]
+    return Group("t", "g", trajs)
+
+
+def test_learning_signal_counts_the_groups_that_can_teach_nothing() -> None:
+    groups = [
+        group([1.0, 1.0], [True, True]),  # all solved: equal rewards
+        group([0.0, 0.0], [False, False]),  # all failed
+        group([0.5, 0.5], [False, False]),  # equal partial rewards, all failed
+        group([1.0, 0.0], [True, False]),  # the one that teaches
+    ]
+    s = learning_signal(groups)
+    assert (s.groups, s.zero_variance, s.all_failed, s.all_solved) == (4, 3, 2, 1)
+    rewards = [1.0, 1.0, 0.0, 0.0, 0.5, 0.5, 1.0, 0.0]
+    mean = sum(rewards) / 8  # 0.5
+    assert s.reward_mean == mean
+    assert s.reward_std == pytest.approx((sum((r - mean) ** 2 for r in rewards) / 8) ** 0.5)
+    assert s.scalars()["signal/zero_variance_share"] == 3 / 4
+    assert s.scalars()["signal/all_failed_share"] == 2 / 4
+
+
+def signal(zero: int, failed: int = 0, solved: int = 0, groups: int = 4) -> Signal:
+    return Signal(groups, zero, failed, solved, reward_mean=0.0, reward_std=0.0)
+
+
+def test_the_warning_comes_once_per_streak_of_starved_updates_and_names_causes() -> None:
+    starved, fine = signal(3, failed=3), signal(1, failed=1)
+    assert signal_warning([starved, starved], 0.5) is None  # not yet 3 in a row
+    message = signal_warning([fine, starved, starved, starved], 0.05)
+    assert message is not None
+    assert "more than 50% of the groups had equal rewards (9 of 12 groups)" in message
+    assert "9 of them failed every sample: the tasks are too hard" in message
+    assert "entropy is 0.050" in message and "too easy" not in message
+    assert signal_warning([fine, starved, starved, starved, starved], 0.05) is None  # said
+    easy = signal(4, solved=4)
+    again = signal_warning([starved, starved, starved, fine, easy, easy, easy], 1.0)
+    assert again is not None and "12 of them solved every sample: the tasks are too easy" in again
+    assert "entropy" not in again
+    assert signal_warning([signal(2)] * 3, 0.5) is None  # half is not more than half

@@ -46,6 +46,7 @@ class UpdatePoint:
     learner: dict[str, float]  # the numeric LearnerStats fields
     staleness: dict[int, int]  # lag -> trajectories; empty when the log did not record it
     time: float | None  # unix time it was logged
+    signal: dict[str, float] = field(default_factory=dict)  # honing.observe.metrics.Signal
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class RunData:
     trajectories: list[tuple[int, Trajectory]]  # (update step, trajectory) for the samples
     sources: list[str] = field(default_factory=list)  # the files read
     notes: list[str] = field(default_factory=list)  # what was not recorded, and why
+    signal_warnings: list[str] = field(default_factory=list)  # "little learning signal" ones
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -208,7 +210,11 @@ def load_run(run_dir: Path) -> RunData:
     sources = [name for name in (*RUN_FILES, "warm_start/done.json") if (run_dir / name).is_file()]
     if trajectories:
         sources.append(f"trajectories/ ({len(trajectories)} trajectories)")
-    return RunData(run_dir, info, updates, episodes, evals, trajectories, sources, notes)
+    warned = [str(w.get("message", "")) for w in by_kind["warning"]]
+    signal_warnings = [m for m in warned if m.startswith("little learning signal")]
+    return RunData(
+        run_dir, info, updates, episodes, evals, trajectories, sources, notes, signal_warnings
+    )
 
 
 def _precision(start: dict[str, Any] | None, cfg: dict[str, Any]) -> str:
@@ -321,6 +327,8 @@ def _planned_steps(cfg: dict[str, Any]) -> int | None:
 def _update(record: dict[str, Any]) -> UpdatePoint:
     learner = record.get("learner") or {}
     stale = record.get("staleness") or {}
+    recorded = record.get("signal")
+    signal: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     return UpdatePoint(
         step=int(record.get("step") or 0),
         phase=str(record.get("phase") or ""),
@@ -334,6 +342,7 @@ def _update(record: dict[str, Any]) -> UpdatePoint:
         learner={k: float(v) for k, v in learner.items() if _float(v) is not None},
         staleness={int(k): int(v) for k, v in stale.items()} if isinstance(stale, dict) else {},
         time=_float(record.get("time", record.get("t"))),
+        signal={k: float(v) for k, v in signal.items() if _float(v) is not None},
     )
 
 

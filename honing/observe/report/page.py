@@ -29,6 +29,7 @@ from honing.observe.report.data import (
     EpisodePoint,
     EvalRow,
     RunData,
+    UpdatePoint,
     load_run,
 )
 from honing.observe.report.markup import (
@@ -561,6 +562,60 @@ def learner_section(data: RunData) -> str:
     )
 
 
+def signal_section(data: RunData) -> str:
+    """How much each update's groups could teach: GRPO learns nothing from a group whose
+    rewards are all equal."""
+    updates = [u for u in data.updates if "groups" in u.signal]
+    if not updates:
+        return section_html(
+            "signal",
+            "Learning signal",
+            missing_html("Learning signal", "not recorded (a run from before honing logged it)"),
+        )
+
+    def share(u: UpdatePoint, key: str) -> float | None:
+        groups = u.signal.get("groups", 0.0)
+        return u.signal.get(key, 0.0) / groups if groups else None
+
+    shares = line_chart(
+        "chart-signal",
+        "Groups that could teach nothing",
+        "Per update, the share of groups whose rewards were all equal, and of those the ones "
+        "where every sample failed (too hard) or succeeded (too easy). Near 100%: no signal.",
+        [
+            Series(
+                "equal rewards", [(u.step, share(u, "zero_variance")) for u in updates], PALETTE[0]
+            ),
+            Series("all failed", [(u.step, share(u, "all_failed")) for u in updates], PALETTE[1]),
+            Series("all solved", [(u.step, share(u, "all_solved")) for u in updates], PALETTE[2]),
+        ],
+        percent=True,
+    )
+    spread = line_chart(
+        "chart-signal-spread",
+        "Reward spread and entropy",
+        "The reward's standard deviation over the update's episodes, and the policy's mean token "
+        "entropy: when both fall towards 0, sampling no longer explores.",
+        [
+            Series(
+                "reward std", [(u.step, u.signal.get("reward_std")) for u in updates], PALETTE[0]
+            ),
+            Series("entropy", [(u.step, u.learner.get("entropy")) for u in updates], PALETTE[3]),
+        ],
+    )
+    zero = sum(u.signal.get("zero_variance", 0.0) for u in updates)
+    groups = sum(u.signal.get("groups", 0.0) for u in updates)
+    words = (
+        f"{int(zero)} of {int(groups)} groups ({100 * zero / max(1.0, groups):.0f}%) had equal "
+        "rewards and taught nothing."
+    )
+    warned = "".join(f'<p class="note">{esc(w)}</p>' for w in data.signal_warnings)
+    body = pairs_html([shares.html(), spread.html()])
+    return section_html(
+        "signal", "Learning signal", f'<p class="note">{esc(words)}</p>{warned}{body}'
+    )
+
+
 def tasks_section(data: RunData) -> str:
     episodes = data.episodes
     if not episodes:
@@ -704,6 +759,7 @@ SECTIONS = (
     ("time", "Time"),
     ("staleness", "Staleness"),
     ("learner", "Learner"),
+    ("signal", "Learning signal"),
     ("tasks", "Tasks"),
     ("samples", "Episodes"),
 )
@@ -731,6 +787,7 @@ def render(data: RunData) -> str:
             time_section,
             staleness_section,
             learner_section,
+            signal_section,
             tasks_section,
             samples_section,
         )
