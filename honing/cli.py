@@ -49,6 +49,7 @@ from honing.tasks.quality import code_program
 if TYPE_CHECKING:
     from honing.rollout.agent import AgentConfig
     from honing.rollout.engines.base import Engine, SamplingParams
+    from honing.rollout.saved_agent import SavedAgent
 
 app = typer.Typer(
     help="honing: post-train language models with RL in real, verifiable environments.",
@@ -349,8 +350,19 @@ def eval_command(
         int | None, typer.Option(help="Episodes at once (default: twice the pool's cells).")
     ] = None,
     max_new_tokens: Annotated[
-        int, typer.Option(help="Model policies: tokens per model turn at most.")
-    ] = 512,
+        int | None,
+        typer.Option(
+            help="Model policies: tokens per model turn at most (default: the model's "
+            "honing_agent.json, else 512)."
+        ),
+    ] = None,
+    system_prompt: Annotated[
+        str | None,
+        typer.Option(
+            help="Model policies: the system prompt ('' for the tool descriptions alone; "
+            "default: the model's honing_agent.json, else honing's tool-use prompt)."
+        ),
+    ] = None,
     temperature: Annotated[
         float | None,
         typer.Option(
@@ -378,7 +390,9 @@ def eval_command(
             raise ConfigError(f"--k {k}: must be at least 1")
         if concurrency is not None and concurrency < 1:
             raise ConfigError(f"--concurrency {concurrency}: must be at least 1")
-        env_config = EnvConfig() if max_steps is None else _eval_env_config(max_steps)
+        saved = _saved_agent(policy)
+        steps = max_steps if max_steps is not None or saved is None else saved.max_turns
+        env_config = EnvConfig() if steps is None else _eval_env_config(steps)
         taskset = load_tasks(tasks)
         quarantined = len(taskset.quarantined)
         if shard is not None:
@@ -401,8 +415,21 @@ def eval_command(
         from honing.eval.model import evaluate_engine
 
         engine = _make_engine(policy, dtype)
-        sampling = _sampling(max_new_tokens, 0.0 if k == 1 else 1.0, temperature, seed)
-        agent = _agent_config(sampling, env_config.max_steps)
+        tokens = (
+            max_new_tokens
+            if max_new_tokens is not None
+            else (saved.max_new_tokens if saved is not None else 512)
+        )
+        sampling = _sampling(tokens, 0.0 if k == 1 else 1.0, temperature, seed)
+        prompt = (
+            system_prompt if system_prompt is not None or saved is None else saved.system_prompt
+        )
+        agent = _agent_config(
+            sampling,
+            env_config.max_steps,
+            system_prompt=prompt,
+            max_total_tokens=saved.max_total_tokens if saved is not None else 4096,
+        )
         try:
             return await evaluate_engine(taskset, engine, pool, name=policy, k=k,
                                          config=env_config, agent=agent,
@@ -527,10 +554,36 @@ def _sampling(
     return validate_model(SamplingParams, values, source="command line")  # fmt: skip
 
 
-def _agent_config(sampling: SamplingParams, max_turns: int) -> AgentConfig:
+def _agent_config(
+    sampling: SamplingParams,
+    max_turns: int,
+    *,
+    system_prompt: str | None = None,
+    max_total_tokens: int = 4096,
+) -> AgentConfig:
     from honing.rollout.agent import AgentConfig
 
-    return AgentConfig(sampling=sampling, max_turns=max_turns)
+    return AgentConfig(sampling=sampling, max_turns=max_turns, system_prompt=system_prompt,
+                       max_total_tokens=max_total_tokens)  # fmt: skip
+
+
+def _saved_agent(policy: str) -> SavedAgent | None:
+    """The settings `honing export` saved beside a model:DIR policy's weights, or that a
+    `honing serve` openai:URL policy lists for its model (announced on stderr); else None."""
+    from honing.rollout.saved_agent import AGENT_FILE, load_agent, served_agent
+
+    if policy.startswith("openai:"):
+        url, _, model = policy.removeprefix("openai:").partition("#")
+        saved, where = served_agent(url, model or None), f"{url}/models"
+    else:
+        directory = Path(policy.removeprefix("model:"))
+        if not policy.startswith("model:") or not directory.is_dir():
+            return None
+        saved, where = load_agent(directory), str(directory / AGENT_FILE)
+    if saved is not None:
+        err.print(f"agent settings from {where}: {saved.describe()} (flags override them)",
+                  highlight=False)  # fmt: skip
+    return saved
 
 
 @app.command("rollout")

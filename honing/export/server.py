@@ -25,6 +25,10 @@ string.
 **Chat rendering** is the in-process agent's, token for token, and `content` keeps the model's raw
 text, tool-call markup included (`honing.export.server_chat` says why and how).
 
+**Agent settings.** A directory `honing export` wrote carries the settings the model was trained
+with (`honing_agent.json`): `/v1/models` lists them (`honing_agent`), and a chat request without
+`max_tokens` gets the trained turn length instead of the rest of the context.
+
 **Weights.** `/reload_weights` copies a directory of safetensors files (the model's parameter
 names, any subset) into the served model between two decode steps and answers once they serve;
 the version becomes the request's (default: +1). `/v1/load_lora_adapter` merges a peft adapter
@@ -83,6 +87,7 @@ from honing.rollout.engines.base import (
     WeightUpdate,
 )
 from honing.rollout.engines.hf import HFEngine
+from honing.rollout.saved_agent import SavedAgent, load_agent
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=BaseModel)
@@ -107,7 +112,9 @@ class _Adapter:
 class ModelServer:
     """The handlers over one engine; `app()` is the aiohttp application."""
 
-    def __init__(self, engine: Engine, *, name: str, root: str = "") -> None:
+    def __init__(
+        self, engine: Engine, *, name: str, root: str = "", agent: SavedAgent | None = None
+    ) -> None:
         tokenizer = engine.tokenizer
         if not engine.accepts_tokens or tokenizer is None:
             raise ConfigError(
@@ -116,6 +123,7 @@ class ModelServer:
         self.engine = engine
         self.name = name
         self.root = root
+        self.agent = agent  # the settings it was trained with (honing_agent.json), if known
         self.tokenizer = tokenizer
         self.renderer = ChatRenderer(tokenizer)
         self.created = int(time.time())
@@ -153,6 +161,8 @@ class ModelServer:
         data = [{"id": self.name, "object": "model", "created": self.created, "owned_by": "honing",
                  "root": self.root or self.name, "parent": None, "max_model_len": max_len,
                  "version": self.engine.version}]  # fmt: skip
+        if self.agent is not None:
+            data[0]["honing_agent"] = self.agent.model_dump(mode="json")
         if self.adapter is not None:
             data.append({"id": self.adapter.name, "object": "model",
                          "created": self.adapter.created, "owned_by": "honing",
@@ -234,7 +244,8 @@ class ModelServer:
         model = self._model(req.model)
         prompt = self.renderer.prompt(req)
         self._check_ids(prompt.token_ids)
-        sampling = self._sampling(req, req.limit, len(prompt.token_ids))
+        limit = req.limit or (self.agent.max_new_tokens if self.agent is not None else None)
+        sampling = self._sampling(req, limit, len(prompt.token_ids))
         k = (req.top_logprobs or 0) if req.logprobs else 0
         parse_tools = bool(req.tools) and req.tool_choice != "none"
         if req.stream:
@@ -654,10 +665,11 @@ async def running_server(
         )
         served = name or (source.name if source.exists() else str(model))
         root = str(source)
+        agent = load_agent(source) if source.is_dir() else None
     else:
-        engine, served, root = model, name or model.name, ""
+        engine, served, root, agent = model, name or model.name, "", None
     try:
-        server = ModelServer(engine, name=served, root=root)
+        server = ModelServer(engine, name=served, root=root, agent=agent)
         runner = web.AppRunner(server.app(), access_log=None)
         await runner.setup()
         try:

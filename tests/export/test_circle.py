@@ -80,9 +80,13 @@ def served(exported: tuple[Path, Path]) -> Iterator[str]:
 
 
 def evaluate(policy: str, tasks: Path) -> dict[str, Any]:
-    proc = honing("eval", "--tasks", str(tasks), "--policy", policy, "--json",
-                  "--max-steps", "2", "--max-new-tokens", "12")  # fmt: skip
+    """`honing eval` with no agent flags: the export's own settings (2 turns of 12 tokens, the
+    tool descriptions alone as system prompt), read from its honing_agent.json or, through the
+    server, from /v1/models."""
+    proc = honing("eval", "--tasks", str(tasks), "--policy", policy, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    said = "2 turn(s) of at most 12 tokens, system prompt: tool descriptions only"
+    assert "agent settings from " in proc.stderr and said in proc.stderr, proc.stderr[-2000:]
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 
@@ -142,3 +146,13 @@ def test_served_and_in_process_models_write_the_same_words(
     assert len(texts["local"]) == 8
     assert all(turns and all(turns) for turns in texts["local"].values())
     assert texts["remote"] == texts["local"]
+
+
+def test_flags_override_the_exports_agent_settings(exported: tuple[Path, Path]) -> None:
+    out, tasks = exported
+    proc = honing("eval", "--tasks", str(tasks), "--policy", f"model:{out}", "--json",
+                  "--max-steps", "1")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "(flags override them)" in proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["trajectory"]["mean_steps"] == 1.0  # one turn, not the export's two

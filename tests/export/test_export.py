@@ -26,6 +26,7 @@ from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.hf import HFEngine
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
+from honing.rollout.saved_agent import SavedAgent, load_agent
 from honing.trainer.checkpoint import latest_checkpoint
 from honing.trainer.learner import Learner
 from honing.trainer.loop import load_run_config, train
@@ -145,7 +146,12 @@ def test_full_fine_tune_exports_a_model_transformers_loads_with_the_trained_weig
     assert any("full fine-tune" in n for n in result.notes)  # --merge-lora: a no-op, said so
     names = {f.path.as_posix() for f in result.files}
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json",
-            "tokenizer_config.json", "chat_template.jinja", "README.md"} <= names  # fmt: skip
+            "tokenizer_config.json", "chat_template.jinja", "README.md",
+            "honing_agent.json"} <= names  # fmt: skip
+    # the settings it was trained with travel with it: eval and serve play it the same way
+    assert load_agent(out) == SavedAgent(
+        system_prompt="", max_turns=2, max_new_tokens=32, max_total_tokens=2048
+    )
 
     exported = logits(from_pretrained(out))
     torch.testing.assert_close(

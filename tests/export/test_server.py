@@ -390,3 +390,29 @@ def test_errors_are_openai_shaped(running: RunningServer, client: openai.OpenAI,
     )
     assert lora.status_code == 400 and "peft LoRA adapter" in lora.json()["error"]["message"]
     assert json.loads(httpx.get(running.url + "/health").text)["status"] == "ok"
+
+
+def test_an_export_is_served_with_the_agent_settings_it_was_trained_with(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """honing_agent.json beside the weights: /v1/models lists it, and a chat request without
+    max_tokens gets the trained turn length, not the rest of the context."""
+    import shutil
+
+    from honing.rollout.saved_agent import SavedAgent, save_agent
+
+    model = tmp_path / "exported"
+    shutil.copytree(tiny_model_dir, model)
+    agent = SavedAgent(system_prompt="", max_turns=2, max_new_tokens=3, max_total_tokens=512)
+    save_agent(model, agent)
+    with background_server(model, dtype="float32", max_batch=2) as running:
+        client = openai.OpenAI(base_url=running.base_url, api_key="none")
+        [listed] = client.models.list().data
+        assert (listed.model_extra or {})["honing_agent"] == agent.model_dump(mode="json")
+        reply = client.chat.completions.create(model="exported", messages=MESSAGES, temperature=0)
+        asked = client.chat.completions.create(
+            model="exported", messages=MESSAGES, temperature=0, max_tokens=7
+        )
+    assert reply.usage is not None and asked.usage is not None
+    assert reply.usage.completion_tokens <= 3 and reply.choices[0].finish_reason == "length"
+    assert asked.usage.completion_tokens == 7  # a request that says how many gets them
