@@ -178,9 +178,10 @@ def smol_dir() -> Path:
     return resolve_model("default")
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-layer random Llama with SmolLM2's tokenizer and chat template, saved as a directory."""
+def random_llama(smol_dir: Path, out: Path, *, initializer_range: float = 0.02) -> Path:
+    """A 2-layer random Llama with SmolLM2's tokenizer and chat template, saved in `out`. A larger
+    `initializer_range` gives sharper logits (tests that need a few likely tokens, or a bf16
+    rounding that shows)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -194,12 +195,30 @@ def tiny_model_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=2048,
+        initializer_range=initializer_range,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
-    model = LlamaForCausalLM(config)
-    out = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(out)
+    LlamaForCausalLM(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random Llama with SmolLM2's tokenizer and chat template, saved as a directory."""
+    return random_llama(smol_dir, tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def make_random_llama(
+    smol_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str, float], Path]:
+    """`make(name, initializer_range)`: a `random_llama` in a new directory named after `name`."""
+
+    def make(name: str, initializer_range: float) -> Path:
+        out = tmp_path_factory.mktemp(name)
+        return random_llama(smol_dir, out, initializer_range=initializer_range)
+
+    return make

@@ -8,6 +8,7 @@ choice fell from 14% to 0% over the same updates and this test failed; as writte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,22 +25,10 @@ GROUPS, N = 4, 8  # groups per update, samples per group
 
 
 @pytest.fixture(scope="module")
-def chooser_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def chooser_dir(make_random_llama: Callable[[str, float], Path]) -> Path:
     """A 2-layer random Llama whose first reply token is one of a few likely ones (initialiser
     std 0.7): a choice the reward can shape."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tokenizer = load_tokenizer(smol_dir)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, initializer_range=0.7,
-        tie_word_embeddings=True,
-    )  # fmt: skip
-    out = tmp_path_factory.mktemp("chooser")
-    LlamaForCausalLM(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return make_random_llama("chooser", 0.7)
 
 
 def prompt_ids(model_dir: Path) -> list[int]:

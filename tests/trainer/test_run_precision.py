@@ -5,6 +5,7 @@ and shown without a warning, and an engine that samples in a dtype the run did n
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,32 +22,10 @@ pytestmark = pytest.mark.dtype
 
 
 @pytest.fixture(scope="module")
-def sharp_model_dir(smol_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def sharp_model_dir(make_random_llama: Callable[[str, float], Path]) -> Path:
     """A 2-layer random Llama with large logits (initialiser std 1.0): rounding it to bf16 moves
     its logprobs by far more than the start-up check allows, so a mismatch is certain."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from honing.rollout.models import load_tokenizer
-
-    tokenizer = load_tokenizer(smol_dir)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        initializer_range=1.0,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    out = tmp_path_factory.mktemp("sharp-llama")
-    LlamaForCausalLM(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    return make_random_llama("sharp-llama", 1.0)
 
 
 def run_config(tmp_path: Path, model: Path, **settings: Any) -> TrainConfig:
