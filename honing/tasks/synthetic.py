@@ -570,7 +570,7 @@ def _m_quotient(rng: random.Random, task_id: str, seed: int) -> MathTask:
             f"What is the quotient when {a} is divided by {d}, ignoring the remainder?",
             f"What is {a} // {d} (integer division)?",
         ], [
-            f"How many full groups of {d} can be made from {a} items?",
+            f"From {a} items, how many full groups of {d} can be made?",
         ])  # fmt: skip
     return _math(task_id, seed, "quotient", "medium", prompt, q, reserved=reserved)
 

@@ -106,13 +106,20 @@ def _gains_headline(gains: dict[str, Any], updates: str, took: str) -> str | Non
     return text + "."
 
 
+def _numerics(precision: str) -> str:
+    """The run's dtypes for the headline: ", float32", ", mixed: engine ..., learner ...", or
+    nothing when not recorded."""
+    if precision.endswith("(sampling and learning)"):
+        return f", {precision.split()[0]}"
+    return f", {precision}" if precision.startswith("mixed") else ""
+
+
 def headline(data: RunData) -> str:
     """The run in one sentence: held-out before -> after, and who gave what."""
     info, n = data.info, len(data.updates)
     updates = f"{n} update{'s' if n != 1 else ''}"
     took = f" in {duration(info.elapsed_s)}" if info.elapsed_s is not None else ""
-    if info.precision != "not recorded":
-        took += f" ({info.precision})"
+    took += _numerics(info.precision)
     if info.gains is not None:
         said = _gains_headline(info.gains, updates, took)
         if said is not None:
