@@ -487,105 +487,82 @@ def generate_code_tasks(n: int, seed: int) -> list[CodeTask]:
 
 # -- math ------------------------------------------------------------------------------------
 TWO_DIGITS = [b for b in range(11, 100) if b % 10]  # a multiple of 10 makes it too easy
-UNSEEN_PHRASING = "unseen-phrasing"  # the tag of phrasings a training source can leave out
 
 
 def _math(
-    task_id: str, seed: int, family: str, difficulty: str, prompt: str, answer: int,
-    *, reserved: bool = False,
-) -> MathTask:  # fmt: skip
-    wording = [UNSEEN_PHRASING] if reserved else []
+    task_id: str, seed: int, family: str, difficulty: str, prompt: str, answer: int
+) -> MathTask:
     return MathTask(
         id=task_id,
         prompt=prompt,
         answer=str(answer),
         reference=str(answer),
-        tags=["synthetic", "arithmetic", family, *wording, difficulty],
+        tags=["synthetic", "arithmetic", family, difficulty],
         metadata=_metadata(family, seed),
     )
 
 
-def _phrase(rng: random.Random, usual: list[str], reserved: list[str]) -> tuple[str, bool]:
-    """One phrasing of a problem: a usual one, or (one time in four) one of the `reserved`
-    phrasings, tagged `unseen-phrasing` so that training can leave them out and a held-out set
-    can ask what the policy never saw."""
-    if reserved and rng.random() < 0.25:
-        return rng.choice(reserved), True
-    return rng.choice(usual), False
-
-
 def _m_sum(rng: random.Random, task_id: str, seed: int) -> MathTask:
     a, b = rng.randint(100, 9999), rng.randint(100, 9999)
-    prompt, reserved = _phrase(rng, [
-        f"What is {a} + {b}?",
-        f"Add {a} and {b}.",
-        f"Find the sum of {a} and {b}.",
-        f"A library had {a} books and bought {b} more. How many books does it have now?",
-    ], [
-        f"{a} plus {b} equals what?",
-        f"Two trucks carry {a} kg and {b} kg of sand. How many kilograms do they carry together?",
-    ])  # fmt: skip
-    return _math(task_id, seed, "sum", "easy", prompt, a + b, reserved=reserved)
+    prompt = rng.choice(
+        [
+            f"What is {a} + {b}?",
+            f"Add {a} and {b}.",
+            f"A library had {a} books and bought {b} more. How many books does it have now?",
+        ]
+    )
+    return _math(task_id, seed, "sum", "easy", prompt, a + b)
 
 
 def _m_difference(rng: random.Random, task_id: str, seed: int) -> MathTask:
     a = rng.randint(1000, 9999)
     b = rng.randint(100, a - 1)
-    prompt, reserved = _phrase(rng, [
-        f"What is {a} - {b}?",
-        f"Subtract {b} from {a}.",
-        f"How much is {a} minus {b}?",
-        f"A tank held {a} litres and {b} litres were drained. How many litres are left?",
-    ], [
-        f"By how much does {a} exceed {b}?",
-        f"A town had {a} residents; {b} moved away. How many residents remain?",
-    ])  # fmt: skip
-    return _math(task_id, seed, "difference", "easy", prompt, a - b, reserved=reserved)
+    prompt = rng.choice(
+        [
+            f"What is {a} - {b}?",
+            f"Subtract {b} from {a}.",
+            f"A tank held {a} litres and {b} litres were drained. How many litres are left?",
+        ]
+    )
+    return _math(task_id, seed, "difference", "easy", prompt, a - b)
 
 
 def _m_product(rng: random.Random, task_id: str, seed: int) -> MathTask:
     a, b = rng.randint(100, 999), rng.choice(TWO_DIGITS)  # 3-digit × 2-digit
-    prompt, reserved = _phrase(rng, [
-        f"What is {a} * {b}?",
-        f"Compute {a} × {b}.",
-        f"Calculate {a} times {b}.",
-        f"Multiply {a} by {b}.",
-        f"A warehouse has {b} shelves with {a} boxes on each. How many boxes are there in all?",
-    ], [
-        f"What do you get when you multiply {b} by {a}?",
-        f"Each of {b} buses carries {a} passengers over a week. How many passengers is that?",
-    ])  # fmt: skip
-    return _math(task_id, seed, "product", "medium", prompt, a * b, reserved=reserved)
+    prompt = rng.choice(
+        [
+            f"What is {a} * {b}?",
+            f"Compute {a} × {b}.",
+            f"Calculate {a} times {b}.",
+            f"A warehouse has {b} shelves with {a} boxes on each. How many boxes are there in all?",
+        ]
+    )
+    return _math(task_id, seed, "product", "medium", prompt, a * b)
 
 
 def _m_quotient(rng: random.Random, task_id: str, seed: int) -> MathTask:
     d, q = rng.randint(12, 99), rng.randint(10, 999)
     if rng.random() < 0.4:
-        prompt, reserved = _phrase(rng, [f"What is {d * q} / {d}?", f"Divide {d * q} by {d}."], [
-            f"{d * q} sweets are shared equally among {d} children. How many does each get?",
-        ])  # fmt: skip
+        prompt = rng.choice([f"What is {d * q} / {d}?", f"Divide {d * q} by {d}."])
     else:
         a = d * q + rng.randint(1, d - 1)
-        prompt, reserved = _phrase(rng, [
-            f"What is the quotient when {a} is divided by {d}, ignoring the remainder?",
-            f"What is {a} // {d} (integer division)?",
-        ], [
-            f"From {a} items, how many full groups of {d} can be made?",
-        ])  # fmt: skip
-    return _math(task_id, seed, "quotient", "medium", prompt, q, reserved=reserved)
+        prompt = rng.choice(
+            [
+                f"What is the quotient when {a} is divided by {d}, ignoring the remainder?",
+                f"What is {a} // {d} (integer division)?",
+            ]
+        )
+    return _math(task_id, seed, "quotient", "medium", prompt, q)
 
 
 def _m_remainder(rng: random.Random, task_id: str, seed: int) -> MathTask:
     d = rng.randint(12, 99)
     r = rng.randint(1, d - 1)
     a = d * rng.randint(10, 999) + r
-    prompt, reserved = _phrase(rng, [
-        f"What is the remainder when {a} is divided by {d}?",
-        f"What is {a} mod {d}?",
-    ], [
-        f"{a} eggs are packed in boxes of {d}. How many eggs are left over?",
-    ])  # fmt: skip
-    return _math(task_id, seed, "remainder", "medium", prompt, r, reserved=reserved)
+    prompt = rng.choice(
+        [f"What is the remainder when {a} is divided by {d}?", f"What is {a} mod {d}?"]
+    )
+    return _math(task_id, seed, "remainder", "medium", prompt, r)
 
 
 def _m_product_large(rng: random.Random, task_id: str, seed: int) -> MathTask:
@@ -593,10 +570,8 @@ def _m_product_large(rng: random.Random, task_id: str, seed: int) -> MathTask:
         a, b = rng.randint(100, 999), rng.randint(100, 999)
     else:
         a, b = rng.randint(1000, 9999), rng.choice(TWO_DIGITS)
-    prompt, reserved = _phrase(rng, [f"What is {a} * {b}?", f"Compute {a} × {b}."], [
-        f"Find the product of {a} and {b}.",
-    ])  # fmt: skip
-    return _math(task_id, seed, "product-large", "hard", prompt, a * b, reserved=reserved)
+    prompt = rng.choice([f"What is {a} * {b}?", f"Compute {a} × {b}."])
+    return _math(task_id, seed, "product-large", "hard", prompt, a * b)
 
 
 def _m_two_step(rng: random.Random, task_id: str, seed: int) -> MathTask:
@@ -621,10 +596,7 @@ MATH_FAMILIES: list[Callable[[random.Random, str, int], MathTask]] = [
 
 def generate_math_tasks(n: int, seed: int) -> list[MathTask]:
     """`n` multi-digit arithmetic problems (sums, differences, 3-digit × 2-digit products,
-    quotients, remainders, larger products, two-step problems) in several phrasings each; about
-    one in five uses a phrasing tagged `unseen-phrasing`, which a training source can leave out
-    (`exclude_tags`) so that a held-out set asks in words training never showed. The reference
-    is the answer."""
+    quotients, remainders, larger products, two-step problems); the reference is the answer."""
     return _generate("math", n, seed, MATH_FAMILIES)
 
 

@@ -49,11 +49,6 @@ class TaskSource(StrictModel):
     tags: list[str] = Field(
         default_factory=list, description="Keep only the tasks with at least one of these tags."
     )
-    exclude_tags: list[str] = Field(
-        default_factory=list,
-        description="Leave out the tasks with any of these tags (e.g. unseen-phrasing: "
-        "synthetic-math's phrasings kept for held-out sets).",
-    )
     limit: int | None = Field(None, ge=1, description="Keep the first `limit` tasks.")
     weight: float = Field(1.0, gt=0, description="Share of the training mix (train sources).")
 

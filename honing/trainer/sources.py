@@ -44,15 +44,12 @@ def load_source(name: str, source: TaskSource) -> TaskSet:
     tasks = taskset.tasks
     if source.tags:
         tasks = [t for t in tasks if set(t.tags) & set(source.tags)]
-    if source.exclude_tags:
-        tasks = [t for t in tasks if not set(t.tags) & set(source.exclude_tags)]
     if source.limit is not None:
         tasks = tasks[: source.limit]
     if not tasks:
         raise ConfigError(
             f"task source {name!r} ({source.tasks}) has no tasks"
             + (f" with tags {source.tags}" if source.tags else "")
-            + (f" without tags {source.exclude_tags}" if source.exclude_tags else "")
         )
     return TaskSet(taskset.name, tasks, taskset.quarantined, taskset.total, taskset.origins)
 
