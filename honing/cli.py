@@ -429,6 +429,7 @@ def eval_command(
             env_config.max_steps,
             system_prompt=prompt,
             max_total_tokens=saved.max_total_tokens if saved is not None else 4096,
+            restate=saved.restate if saved is not None else True,
         )
         try:
             return await evaluate_engine(taskset, engine, pool, name=policy, k=k,
@@ -560,11 +561,12 @@ def _agent_config(
     *,
     system_prompt: str | None = None,
     max_total_tokens: int = 4096,
+    restate: bool = True,
 ) -> AgentConfig:
     from honing.rollout.agent import AgentConfig
 
     return AgentConfig(sampling=sampling, max_turns=max_turns, system_prompt=system_prompt,
-                       max_total_tokens=max_total_tokens)  # fmt: skip
+                       max_total_tokens=max_total_tokens, restate=restate)  # fmt: skip
 
 
 def _saved_agent(policy: str) -> SavedAgent | None:

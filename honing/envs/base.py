@@ -116,6 +116,17 @@ class TaskState(BaseModel):
 
     MAX_ACTIONS_SHOWN: ClassVar[int] = 8
 
+    def render_update(self, shown_next_steps: list[str]) -> str:
+        """What changed for the model since an observation that showed `shown_next_steps`: the
+        latest errors, and the next steps if they changed (the goal, the constraints and the
+        actions are already in its transcript); '' when nothing did."""
+        parts = []
+        if self.latest_errors:
+            parts.append("Latest errors:\n" + "\n".join(f"- {e}" for e in self.latest_errors))
+        if self.next_steps and self.next_steps != shown_next_steps:
+            parts.append("Next steps:\n" + "\n".join(f"- {s}" for s in self.next_steps))
+        return "\n\n".join(parts)
+
     def render(self) -> str:
         parts = [f"Goal: {self.goal}"]
         if self.constraints:
@@ -142,9 +153,12 @@ class ToolResult(_Record):
 
 
 class Observation(_Record):
-    """What the model sees next: the rendered state and the results of its last tool calls."""
+    """What the model sees next: the rendered state and the results of its last tool calls.
+    `update` is the short form of `text` for an agent that does not restate the whole state
+    each turn (`AgentConfig.restate`): only what changed since the previous observation."""
 
     text: str
+    update: str | None = None  # None: no short form (the first observation; `text` is shown)
     tool_results: list[ToolResult] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)  # OpenAI tool schemas
 
@@ -229,6 +243,7 @@ class Environment(abc.ABC):
         self.done = False
         self._started = 0.0
         self._checkpoints: dict[str, tuple[TaskState, int, bool, Any]] = {}
+        self._shown_next_steps: list[str] = []  # as the last observation showed them
 
     @property
     @abc.abstractmethod
@@ -243,6 +258,7 @@ class Environment(abc.ABC):
         self._started = time.monotonic()
         self.state = TaskState(goal=task.prompt)
         await self._reset(task)
+        self._shown_next_steps = list(self.state.next_steps)
         return Observation(text=self.state.render(), tools=self.tools)
 
     async def step(self, action: Action) -> StepResult:
@@ -291,7 +307,10 @@ class Environment(abc.ABC):
             self.state.latest_errors = []
         elif not info.infrastructure and info.detail:
             self.state.latest_errors = [info.detail[:300]]
-        observation = Observation(text=self.state.render(), tool_results=results, tools=self.tools)
+        update = self.state.render_update(self._shown_next_steps)
+        self._shown_next_steps = list(self.state.next_steps)
+        observation = Observation(text=self.state.render(), update=update, tool_results=results,
+                                  tools=self.tools)  # fmt: skip
         return StepResult(observation=observation, reward=self.weighted(components),
                           components=components, done=self.done, info=info)  # fmt: skip
 

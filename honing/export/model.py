@@ -506,6 +506,7 @@ def export_run(
         save_agent(tmp, SavedAgent(
             system_prompt=agent.system_prompt, max_turns=agent.max_turns,
             max_new_tokens=agent.max_new_tokens, max_total_tokens=agent.max_total_tokens,
+            restate=agent.restate,
         ))  # fmt: skip
         card = model_card(run, out, layout=layout, dtype=dtype_, comparison=comparison)
         (tmp / "README.md").write_text(card)

@@ -125,6 +125,7 @@ class AgentConfig(StrictModel):
     max_turns: int = 8
     max_total_tokens: int = 4096  # prompt + all turns; beyond it: Ending.CONTEXT_LIMIT
     system_prompt: str | None = None  # None: honing's default tool-use system prompt
+    restate: bool = True  # each observation shows the whole task state; False: what changed
     deadlines: Deadlines = Deadlines()
 
 
@@ -334,7 +335,7 @@ class _Episode:
         start = len(self.traj.token_ids)
         fits = True
         if self.transcript is not None:
-            new = observation_messages(result.observation,
+            new = observation_messages(result.observation, restate=self.config.restate,
                                        tool_role=self.transcript.fmt.traits.tool_role)  # fmt: skip
             delta = self.transcript.add_observation(new)
             fits = start + len(delta.token_ids) <= self.config.max_total_tokens
@@ -342,7 +343,8 @@ class _Episode:
                 self._append(delta.token_ids, None)
         else:  # a server answers structured calls with tool messages, and only those
             structured = "tool_calls" in self.messages[-1]
-            new = observation_messages(result.observation, tool_role=structured)
+            new = observation_messages(result.observation, tool_role=structured,
+                                       restate=self.config.restate)  # fmt: skip
             self.messages.extend(new)
         self.traj.turns.append(Turn(
             "tool", "\n\n".join(str(m["content"]) for m in new), start, len(self.traj.token_ids),

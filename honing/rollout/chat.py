@@ -28,7 +28,9 @@ gets them natively and describes its own call format; otherwise the system promp
 schemas and the call format `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes /
 Qwen style, one or more per message). Tool results are `tool` messages when the template knows
 that role, else one `user` message with a `Tool result (name):` prefix per result; the
-environment's task-state text (`Observation.text`) follows as a `user` message.
+environment's task-state text (`Observation.text`) follows as a `user` message — or, for an
+agent that does not restate the state (`restate=False`), only what changed (`Observation.update`:
+errors, new next steps), which keeps a short episode's turns short.
 
 **Parsing.** `parse_action` takes `<tool_call>` blocks, else a bare JSON object (or list of them)
 with `name` and `arguments` (`parameters` is accepted too, as Llama templates ask for it); the
@@ -97,18 +99,23 @@ def first_messages(observation: Observation, system_prompt: str | None, *,
     return [{"role": "system", "content": system}, {"role": "user", "content": observation.text}]
 
 
-def observation_messages(observation: Observation, *, tool_role: bool) -> list[Message]:
+def observation_messages(
+    observation: Observation, *, tool_role: bool, restate: bool = True
+) -> list[Message]:
     """The messages that show a step's results: tool messages (or a prefixed user message when
-    the template has no tool role), then the task state as a user message."""
+    the template has no tool role), then the task state as a user message. `restate=False`
+    shows the observation's `update` (what changed) instead of the whole state; the user
+    message is left out when that is empty and there are tool results to show."""
     results = observation.tool_results
+    text = observation.text if restate or observation.update is None else observation.update
     if tool_role and results:
         messages: list[Message] = [
             {"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.content}
             for r in results
         ]
-        return [*messages, {"role": "user", "content": observation.text}]
+        return [*messages, {"role": "user", "content": text}] if text else messages
     shown = [f"Tool result ({r.name}):\n{r.content}" for r in results]
-    return [{"role": "user", "content": "\n\n".join([*shown, observation.text])}]
+    return [{"role": "user", "content": "\n\n".join([*shown, text] if text else shown)}]
 
 
 def openai_tool_calls(action: Action) -> list[dict[str, Any]]:

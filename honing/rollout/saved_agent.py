@@ -36,6 +36,10 @@ class SavedAgent(StrictModel):
     max_turns: int = Field(ge=1, description="Model turns per episode at most.")
     max_new_tokens: int = Field(ge=1, description="Tokens per model turn at most.")
     max_total_tokens: int = Field(ge=16, description="Prompt plus all turns at most.")
+    restate: bool = Field(
+        True,
+        description="Each observation restated the whole task state; false: only what changed.",
+    )
     tool_format: Literal["tool_call_tags"] = Field(
         "tool_call_tags",
         description='Calls as <tool_call>{"name": ..., "arguments": {...}}</tool_call>.',
@@ -47,7 +51,7 @@ class SavedAgent(StrictModel):
         )
         return (
             f"{self.max_turns} turn(s) of at most {self.max_new_tokens} tokens, system prompt: "
-            f"{prompt}"
+            f"{prompt}" + ("" if self.restate else ", observations show what changed")
         )
 
 

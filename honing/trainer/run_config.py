@@ -82,6 +82,12 @@ class AgentSettings(StrictModel):
     system_prompt: str | None = Field(
         None, description="None: honing's default tool-use system prompt."
     )
+    restate: bool = Field(
+        True,
+        description="Each observation restates the whole task state (goal, constraints, actions, "
+        "next steps); false: only what changed (errors, new next steps) after the first, for "
+        "short episodes whose transcript already holds the rest (fewer tokens a turn).",
+    )
 
 
 class EngineSettings(StrictModel):
@@ -246,6 +252,7 @@ class TrainConfig(StrictModel):
             max_turns=a.max_turns,
             max_total_tokens=a.max_total_tokens,
             system_prompt=a.system_prompt,
+            restate=a.restate,
         )
 
     def phase_at(self, step: int) -> tuple[int, Phase]:

@@ -9,7 +9,8 @@ observation), one assistant message per action written in the call format honing
 asks for (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, parsed back with the agent's
 own `parse_action`, same call ids), and after each step the tool results as `tool` messages plus
 the task state as a `user` message (`observation_messages(..., tool_role=True)`; SFT merges them
-for templates without a tool role, as the agent does). The `tools` of the example are the
+for templates without a tool role, as the agent does; `restate=False`: only what changed, as an
+agent with `AgentConfig.restate=False` shows it). The `tools` of the example are the
 environment's; SFT adds the agent's system prompt, so a trace is model-independent and tokenises
 exactly like the agent's trajectory of the same actions.
 
@@ -177,6 +178,7 @@ async def play_reference(
     calculator_first: bool = True,
     system_prompt: str | None = None,
     env_config: EnvConfig | None = None,
+    restate: bool = True,
 ) -> Trace:
     """Play `task`'s reference through its real environment; the trace, with its outcome."""
     env = make_env(task.domain, pool, env_config)
@@ -200,7 +202,8 @@ async def play_reference(
                 )
             texts.append(text)
             messages.append({"role": "assistant", "content": text})
-            messages += observation_messages(result.observation, tool_role=True)
+            messages += observation_messages(result.observation, tool_role=True,
+                                             restate=restate)  # fmt: skip
             if calculator and turn == 0:
                 _check_calculator(task, result.observation.tool_results[0].content)
             outcome = max(outcome, result.components.get(OUTCOME, 0.0))
@@ -226,6 +229,7 @@ async def reference_traces(
     calculator_first: bool = True,
     system_prompt: str | None = None,
     env_config: EnvConfig | None = None,
+    restate: bool = True,
     concurrency: int = 8,
 ) -> list[Trace]:
     """Every task's reference trace, in task order; TraceError lists the tasks whose reference
@@ -242,6 +246,7 @@ async def reference_traces(
                     calculator_first=calculator_first,
                     system_prompt=system_prompt,
                     env_config=env_config,
+                    restate=restate,
                 )
             except HoningError as exc:
                 return f"{task.id}: {exc}"
@@ -269,6 +274,7 @@ async def write_traces(
     calculator_first: bool = True,
     system_prompt: str | None = None,
     env_config: EnvConfig | None = None,
+    restate: bool = True,
 ) -> list[Trace]:
     """Play every reference (see `reference_traces`) and write them as SFT JSONL to `path`;
     nothing is written when one fails."""
@@ -278,6 +284,7 @@ async def write_traces(
         calculator_first=calculator_first,
         system_prompt=system_prompt,
         env_config=env_config,
+        restate=restate,
     )
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

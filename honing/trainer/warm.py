@@ -54,6 +54,7 @@ async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
                 calculator_first=settings.calculator_first,
                 system_prompt=config.agent.system_prompt,
                 env_config=env,
+                restate=config.agent.restate,
             )
         log.info("warm start: %d reference traces of %s -> %s", len(traces), taskset.name, data)
     assert data is not None

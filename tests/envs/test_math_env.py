@@ -130,3 +130,16 @@ async def test_checkpoint_and_rollback_restore_the_state(env: MathEnv) -> None:
     assert env.steps == 1 and env.state is not None and env.state.actions
     await env.rollback(token)
     assert env.steps == 0 and env.state is not None and env.state.actions == []
+
+
+async def test_each_observation_also_says_only_what_changed(env: MathEnv) -> None:
+    """`Observation.update` (for an agent that does not restate the state): nothing after a
+    step that went as planned; the error after one that did not."""
+    first = await env.reset(PRODUCT)
+    assert first.update is None and first.text.startswith("Goal: What is 17*23?")
+    ok = await env.step(calls(call("calculator", expression="17*23")))
+    assert ok.observation.update == "" and "Goal:" in ok.observation.text
+    bad = await env.step(calls(call("wolfram", query="17*23")))
+    assert bad.observation.update is not None
+    assert bad.observation.update.startswith("Latest errors:\n- unknown tool 'wolfram'")
+    assert "Goal:" not in bad.observation.update

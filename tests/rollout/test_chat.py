@@ -157,6 +157,23 @@ def test_smollm2_turns_are_appended_as_deltas(tok: Any) -> None:
     assert ids[: len(transcript.prompt_ids)] == transcript.prompt_ids
 
 
+def test_an_agent_that_does_not_restate_shows_only_what_changed() -> None:
+    result = Observation(text="Goal: What is 17*23?\n\nDone so far: ...", update="",
+                         tool_results=[ToolResult(call_id="c", name="calculator",
+                                                  content="17*23 = 391", ok=True)])  # fmt: skip
+    [whole] = observation_messages(result, tool_role=False)
+    [short] = observation_messages(result, tool_role=False, restate=False)
+    assert whole["content"].endswith("Done so far: ...")
+    assert short["content"] == "Tool result (calculator):\n17*23 = 391"
+    assert [m["role"] for m in observation_messages(result, tool_role=True, restate=False)] == [
+        "tool"
+    ]
+    erred = result.model_copy(update={"update": "Latest errors:\n- x", "tool_results": []})
+    assert observation_messages(erred, tool_role=True, restate=False) == [
+        {"role": "user", "content": "Latest errors:\n- x"}
+    ]
+
+
 # -- other templates ----------------------------------------------------------------------------
 
 

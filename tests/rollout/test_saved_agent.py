@@ -20,6 +20,9 @@ def test_saved_settings_load_back_and_describe_themselves(tmp_path: Path) -> Non
         agent.describe() == "2 turn(s) of at most 48 tokens, system prompt: tool descriptions only"
     )
     assert "honing's default" in agent.model_copy(update={"system_prompt": None}).describe()
+    short = agent.model_copy(update={"restate": False})
+    save_agent(tmp_path, short)
+    assert load_agent(tmp_path) == short and short.describe().endswith("show what changed")
 
 
 def test_a_directory_without_settings_has_none(tmp_path: Path) -> None:

@@ -131,6 +131,34 @@ async def test_traces_replay_to_outcome_1_and_tokenise_exactly_like_the_agent_lo
 
 
 @MODULE_LOOP
+@pytest.mark.parametrize("template", [None, TOOL_ROLE_TEMPLATE], ids=["smollm2", "tool-role"])
+async def test_traces_that_do_not_restate_the_state_match_such_an_agent(
+    pool: SandboxPool, tiny_model_dir: Path, tmp_path: Path, template: str | None
+) -> None:
+    """restate=False: after a step that went as planned only its tool results are shown, in the
+    trace as in the agent loop, token for token."""
+    tasks: list[AnyTask] = [*generate_math_tasks(3, 0), *generate_tools_tasks(2, 0)]
+    path = tmp_path / "traces.jsonl"
+    traces = await write_traces(tasks, path, pool, restate=False)
+    examples = load_chat_data(str(path))
+    tok = load_tokenizer(tiny_model_dir)
+    if template is not None:
+        tok.chat_template = template
+    fmt = ChatFormat.of(tok)
+    config = AgentConfig(sampling=SamplingParams(max_new_tokens=2048), max_total_tokens=8192,
+                         restate=False)  # fmt: skip
+    for task, trace, example in zip(tasks, traces, examples, strict=True):
+        after_first = [m for m in trace.messages[2:] if m["role"] == "user"]
+        assert not any("Goal:" in str(m["content"]) for m in after_first), task.id
+        engine = ScriptedEngine(trace.actions, tokenizer=tok)
+        traj = await run_episode(task, make_env(task.domain, pool), engine, config)
+        assert traj.success, (task.id, traj.detail)
+        seq = tokenize_example(example, fmt)
+        assert traj.token_ids[: len(seq.token_ids)] == seq.token_ids, task.id
+        assert traj.loss_mask[: len(seq.token_ids)] == seq.loss_mask, task.id
+
+
+@MODULE_LOOP
 async def test_a_reference_that_does_not_solve_its_task_is_an_error_naming_it(
     pool: SandboxPool, tmp_path: Path
 ) -> None:
