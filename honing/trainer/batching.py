@@ -9,7 +9,9 @@ Next-token alignment is done here, once: a micro-batch's `loss_mask`, `behaviour
 `versions` are [B, T-1] and position t describes the *target* `input_ids[:, t + 1]`, so they line
 up with `logits[:, :-1]` (honing.rl.token_logprobs). Packing sorts sequences by length and fills
 each micro-batch while `rows x longest` stays within the token budget, padding each only to its
-own longest sequence (right padding, so positions are 0..L-1 as in the engine).
+own longest sequence (right padding, so positions are 0..L-1 as in the engine). A row ends at its
+last model token (`trained_length`): what follows it (the environment's last observation) predicts
+nothing trained and, the model being causal, changes no logit before it, so it is not computed.
 
 The reward is the trajectory's "outcome" component: a trajectory without one is an error (a
 missing reward must not become 0). Trajectories that ended for infrastructure reasons or as stale
@@ -114,6 +116,16 @@ def _check(trajectory: Trajectory) -> None:
         )
 
 
+def trained_length(trajectory: Trajectory) -> int:
+    """Tokens of `trajectory` a forward pass needs: up to its last model token (all of them when
+    it has none, so that such a row keeps its shape)."""
+    mask = trajectory.loss_mask
+    for i in range(len(mask) - 1, -1, -1):
+        if mask[i]:
+            return i + 1
+    return len(trajectory.token_ids)
+
+
 def pack(lengths: Sequence[int], budget: int) -> list[list[int]]:
     """Indices grouped into micro-batches: longest first, each while `rows x longest <= budget`
     (a row longer than the budget is alone)."""
@@ -129,7 +141,8 @@ def pack(lengths: Sequence[int], budget: int) -> list[list[int]]:
 
 
 def _micro_batch(rows: list[int], trajectories: Sequence[Trajectory], pad_id: int) -> MicroBatch:
-    width = max(len(trajectories[i].token_ids) for i in rows)
+    lengths = {i: trained_length(trajectories[i]) for i in rows}
+    width = max(lengths.values())
     b = len(rows)
     ids = torch.full((b, width), pad_id, dtype=torch.long)
     attention = torch.zeros((b, width), dtype=torch.long)
@@ -138,15 +151,15 @@ def _micro_batch(rows: list[int], trajectories: Sequence[Trajectory], pad_id: in
     versions = torch.full((b, width), -1, dtype=torch.long)
     for r, i in enumerate(rows):
         t = trajectories[i]
-        n = len(t.token_ids)
-        ids[r, :n] = torch.tensor(t.token_ids, dtype=torch.long)
+        n = lengths[i]
+        ids[r, :n] = torch.tensor(t.token_ids[:n], dtype=torch.long)
         attention[r, :n] = 1
-        mask[r, :n] = torch.tensor(t.loss_mask, dtype=torch.bool)
-        logprobs[r, :n] = torch.tensor(t.logprobs, dtype=torch.float32)
-        versions[r, :n] = torch.tensor(t.versions, dtype=torch.long)
+        mask[r, :n] = torch.tensor(t.loss_mask[:n], dtype=torch.bool)
+        logprobs[r, :n] = torch.tensor(t.logprobs[:n], dtype=torch.float32)
+        versions[r, :n] = torch.tensor(t.versions[:n], dtype=torch.long)
     mask[:, 0] = False  # the first token is never predicted
     return MicroBatch(
-        prefix_len=_shared_prefix(ids, attention, mask),
+        prefix_len=shared_prefix(ids, attention, mask),
         input_ids=ids,
         attention_mask=attention,
         loss_mask=mask[:, 1:],
@@ -198,7 +211,7 @@ def turn_rewards(trajectories: Sequence[Trajectory], components: Sequence[str]) 
     return TurnRewards(rewards, mask, token_turns)
 
 
-def _shared_prefix(ids: Tensor, attention: Tensor, mask: Tensor) -> int:
+def shared_prefix(ids: Tensor, attention: Tensor, mask: Tensor) -> int:
     """How many leading tokens all rows share and precede every trained target, leaving at least
     the position that predicts the first trained token to the rest (0 for a single row)."""
     if ids.shape[0] < 2:
@@ -258,6 +271,6 @@ def micro_batches(
         buckets.setdefault(key, []).append(i)
     out: list[MicroBatch] = []
     for rows in buckets.values():
-        packs = pack([len(trajectories[i].token_ids) for i in rows], micro_batch_tokens)
+        packs = pack([trained_length(trajectories[i]) for i in rows], micro_batch_tokens)
         out.extend(_micro_batch([rows[j] for j in p], trajectories, pad_id) for p in packs)
     return out

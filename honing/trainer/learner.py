@@ -369,7 +369,8 @@ class Learner:
             logp = torch.where(mb.loss_mask, logp, 0.0)
             for r, row in enumerate(mb.rows.tolist()):
                 n = len(trajectories[row].token_ids)
-                out[row] = [0.0, *logp[r, : n - 1].tolist()]
+                scored = logp[r, : n - 1].tolist()  # the row may end at its last model token
+                out[row] = [0.0, *scored, *[0.0] * (n - 1 - len(scored))]
         return out
 
     @torch.no_grad()

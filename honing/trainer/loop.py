@@ -362,6 +362,7 @@ class Trainer:
                 k=self.config.eval.k,
                 config=self.env_config,
                 agent=agent,
+                concurrency=self.config.engine.slots,  # the engine decodes them together
                 on_episode=progress,
                 on_trajectory=logged,
             )

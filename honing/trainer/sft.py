@@ -42,9 +42,11 @@ still an error).
 assistant tokens, micro-batched by the learner's `micro_batch_tokens` with each micro-batch's sum
 divided by the batch's *global* token count (so accumulation equals one big batch), gradient
 clipping, AdamW and the learner's schedule; it advances `learner.steps` and `learner.version`
-as `Learner.update` does. Of `LearnerConfig` it uses lr, weight_decay, betas, warmup_steps,
-schedule, schedule_steps, max_grad_norm, micro_batch_tokens, lora and dtype; the RL fields are
-ignored.
+as `Learner.update` does. The tokens a micro-batch's rows share (the system prompt and the start
+of the task) are run once, their key/value cache repeated for every row (`shared_prefix`, exact,
+as for RL). Of `LearnerConfig` it uses lr, weight_decay, betas, warmup_steps, schedule,
+schedule_steps, max_grad_norm, micro_batch_tokens, shared_prefix, lora and dtype; the RL fields
+are ignored.
 
 Not covered: packing several examples into one row, periodic checkpoints and resume (a run is
 short; the learner's save/load apply to it), evaluation during SFT, multi-GPU.
@@ -71,7 +73,7 @@ from honing.config import StrictModel
 from honing.envs.base import Observation, ToolResult
 from honing.errors import ConfigError
 from honing.rollout.chat import ChatFormat, Message, observation_messages, system_message
-from honing.trainer.batching import pack
+from honing.trainer.batching import pack, shared_prefix
 from honing.trainer.config import LearnerConfig
 from honing.trainer.learner import Learner
 
@@ -442,6 +444,7 @@ class _Micro:
     input_ids: Tensor  # [B, T]
     attention_mask: Tensor  # [B, T]
     targets: Tensor  # [B, T-1] bool: input_ids[:, t+1] is an assistant token
+    prefix_len: int = 0  # leading tokens every row shares and none trains on (run once)
 
 
 def _micro_batches(batch: Sequence[SftSequence], pad_id: int, budget: int) -> list[_Micro]:
@@ -457,7 +460,8 @@ def _micro_batches(batch: Sequence[SftSequence], pad_id: int, budget: int) -> li
             ids[k, :n] = torch.tensor(seq.token_ids, dtype=torch.long)
             attention[k, :n] = 1
             mask[k, :n] = torch.tensor(seq.loss_mask, dtype=torch.bool)
-        out.append(_Micro(ids, attention, mask[:, 1:]))
+        mask[:, 0] = False  # the first token is never predicted
+        out.append(_Micro(ids, attention, mask[:, 1:], shared_prefix(ids, attention, mask)))
     return out
 
 
@@ -469,7 +473,9 @@ def _assistant_logits(learner: Learner, mb: _Micro) -> tuple[Tensor, Tensor]:
     device = next(learner.model.parameters()).device
     targets = mb.targets.to(device)
     keep = targets.any(0).nonzero().squeeze(-1)  # positions t whose target t + 1 is trained
-    logits = learner.forward_logits(learner.model, mb.input_ids, mb.attention_mask, keep)
+    logits = learner.forward_logits(
+        learner.model, mb.input_ids, mb.attention_mask, keep, prefix_len=mb.prefix_len
+    )
     ids = mb.input_ids.to(device)
     return logits[targets[:, keep]].float(), ids[:, keep + 1][targets[:, keep]]
 

@@ -7,6 +7,7 @@ import torch
 
 from honing.store.records import Ending, Group, Trajectory
 from honing.trainer import batch_from_groups, drop_zero_variance, pack
+from honing.trainer.batching import micro_batches, trained_length
 
 
 def traj(ids: list[int], mask: list[int], outcome: float | None = 1.0, **kw: object) -> Trajectory:
@@ -26,14 +27,14 @@ def traj(ids: list[int], mask: list[int], outcome: float | None = 1.0, **kw: obj
 
 
 def test_targets_are_shifted_for_next_token_prediction() -> None:
-    t = traj([5, 6, 7, 8, 9], [0, 0, 1, 1, 0])
+    t = traj([5, 6, 7, 8, 9, 4], [0, 0, 1, 0, 1, 0])
     batch = batch_from_groups([Group("t", "g", [t])], pad_id=0)
     (mb,) = batch.micro_batches
-    assert mb.input_ids.tolist() == [[5, 6, 7, 8, 9]]
+    assert mb.input_ids.tolist() == [[5, 6, 7, 8, 9]]  # the row ends at its last model token
     # position t describes the target input_ids[t + 1]: 6, 7, 8, 9
-    assert mb.loss_mask.tolist() == [[False, True, True, False]]
-    assert mb.behaviour_logprobs.tolist() == [[0.0, -1.5, -2.0, 0.0]]
-    assert mb.versions.tolist() == [[-1, 2, 2, -1]]
+    assert mb.loss_mask.tolist() == [[False, True, False, True]]
+    assert mb.behaviour_logprobs.tolist() == [[0.0, -1.5, 0.0, -2.5]]
+    assert mb.versions.tolist() == [[-1, 2, -1, 2]]
     assert batch.tokens == 2
 
 
@@ -91,3 +92,18 @@ def test_drop_zero_variance_counts_the_dropped_groups() -> None:
     assert [g.group_id for g in kept] == ["b"]
     assert dropped == 2
     assert torch.equal(batch_from_groups(kept, pad_id=0).rewards, torch.tensor([1.0, 0.0]))
+
+
+def test_rows_end_at_their_last_model_token() -> None:
+    """What follows the last model token (the final observation) is not computed, and a row
+    without model tokens keeps its length."""
+    tail = Trajectory(task_id="t", domain="math", token_ids=[1, 2, 3, 4, 5, 6],
+                      loss_mask=[0, 0, 1, 1, 0, 0], logprobs=[0.0, 0.0, -0.5, -0.25, 0.0, 0.0],
+                      versions=[-1, -1, 0, 0, -1, -1])  # fmt: skip
+    none = Trajectory(task_id="u", domain="math", token_ids=[1, 2, 3], loss_mask=[0, 0, 0],
+                      logprobs=[0.0] * 3, versions=[-1] * 3)  # fmt: skip
+    assert (trained_length(tail), trained_length(none)) == (4, 3)
+    [mb] = micro_batches([tail], pad_id=0)
+    assert mb.input_ids.tolist() == [[1, 2, 3, 4]]
+    assert mb.loss_mask.tolist() == [[False, True, True]]
+    assert mb.behaviour_logprobs.tolist() == [[0.0, -0.5, -0.25]]

@@ -72,3 +72,32 @@ def test_shared_prefix_gives_the_same_logprobs_and_gradients(
         torch.testing.assert_close(grad, grads[1][name], rtol=1e-4, atol=1e-6, msg=name)
     for a, b in zip(logprobs[0], logprobs[1], strict=True):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=0, atol=1e-5)
+
+
+def test_sft_runs_the_shared_system_prompt_once_with_the_same_loss_and_gradients(
+    tiny_model_dir: Path,
+) -> None:
+    """SFT examples share their system prompt: it is run once per micro-batch, exactly."""
+    from honing.trainer.sft import SftSequence, _assistant_logits, _micro_batches, sft_loss
+
+    rows = [(t.token_ids, t.loss_mask) for g in (group(1), group(2)) for t in g.trajectories]
+    seqs = [SftSequence(token_ids=ids, loss_mask=mask) for ids, mask in rows[:4]]
+    [mb] = _micro_batches(seqs, 0, 4096)
+    assert mb.prefix_len == 11
+    results = []
+    for shared in (True, False):
+        torch.manual_seed(0)
+        learner = Learner(tiny_model_dir, LearnerConfig(lora=LoraSettings(r=4),
+                                                        shared_prefix=shared))  # fmt: skip
+        calls: list[int] = []
+        learner.forward_logits = wrap(learner.forward_logits, calls)  # type: ignore[method-assign]
+        loss = sft_loss(learner, seqs)
+        logits, labels = _assistant_logits(learner, mb)
+        torch.nn.functional.cross_entropy(logits, labels).backward()  # type: ignore[no-untyped-call]
+        results.append((loss, {n: p.grad.clone() for n, p in learner.model.named_parameters()
+                               if p.grad is not None}))  # fmt: skip
+        assert calls == [11, 11]  # passed along; the learner uses it when shared_prefix is on
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-6)
+    assert results[0][1].keys() == results[1][1].keys() and results[0][1]
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(grad, results[1][1][name], rtol=1e-4, atol=1e-6, msg=name)
