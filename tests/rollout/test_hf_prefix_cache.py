@@ -192,3 +192,28 @@ async def test_a_group_continuing_a_cached_prompt_shares_it(model: Any, tokenize
         assert engine.stats.prefix_hits >= 2 and engine.stats.cached_tokens > before
     for p, out in zip(mixed, outs, strict=True):
         assert out.token_ids == hf_greedy(model, p, GREEDY.max_new_tokens)
+
+
+async def test_a_sequence_in_flight_across_an_update_is_not_cached(
+    model: Any, tokenizer: Any, tiny_model_dir: Path
+) -> None:
+    """Its KV is partly the old weights': its next turn is prefilled anew, with the new ones."""
+    other = load_model(tiny_model_dir, "float32")
+    torch.manual_seed(4)
+    with torch.no_grad():
+        for param in other.parameters():
+            param.add_(torch.randn_like(param) * 0.3)
+    first = prompts(tokenizer)[1]
+    long = SamplingParams(temperature=0, max_new_tokens=40)
+    async with HFEngine(model, tokenizer) as engine:
+        running = asyncio.ensure_future(engine.generate([Prompt(token_ids=first)], long))
+        while engine.stats.decode_steps < 2:  # in flight, past its prefill
+            await asyncio.sleep(0.001)
+        await engine.update_weights(WeightUpdate(version=1, state_dict=other.state_dict()))
+        [gen] = await running
+        assert gen.versions[0] == 0 and gen.versions[-1] == 1
+        second = first + gen.token_ids + observation(tokenizer, 1)
+        cached_before = engine.stats.cached_tokens
+        [after] = await engine.generate([Prompt(token_ids=second)], GREEDY)
+        assert engine.stats.cached_tokens == cached_before  # no KV of the old weights reused
+    assert after.token_ids == hf_greedy(other, second, GREEDY.max_new_tokens)

@@ -39,8 +39,9 @@ always win). A cached slot holds the KV of its prompt and completion less the la
 diverges in the middle of one reuses only the part before the divergence; it keeps at least its
 last token to run) and prefills only the rest, at the right positions; the slot is used in place
 when it is among those being filled, else its KV is copied. `stats` counts the prompt tokens
-prefilled and those taken from the cache. An update of the weights drops every cached slot:
-turns after it are prefilled with the new weights (only sequences in flight keep old KV, below).
+prefilled and those taken from the cache. An update of the weights drops every cached slot, and
+a sequence in flight across an update is not cached when it ends: turns after it are prefilled
+with the new weights (only sequences in flight keep old KV, below).
 
 **Weights.** `update_weights` copies a state dict (HF parameter names, any subset) or the
 safetensors files of a directory into the model, between two decode steps, never in one; fused
@@ -93,6 +94,7 @@ from honing.rollout.engines.base import (
 from honing.rollout.engines.llama_decode import (
     Decoder,
     LlamaDecoder,
+    common_prefix_len,
     fast_path_reason,
     make_decoder,
 )
@@ -178,7 +180,7 @@ class _PrefixCache:
         extends all of the slot's tokens), or (0, None, False)."""
         best: tuple[int, bool, int, int | None, bool] = (0, False, 0, None, False)
         for slot, entry in self.entries.items():
-            common = _common_prefix_len(entry.tokens, prompt)
+            common = common_prefix_len(entry.tokens, prompt)
             n = min(common, len(prompt) - 1)  # the last prompt token runs, for its logits
             key = (n, slot in targets, entry.used, slot, common == len(entry.tokens))
             if n > 0 and key[:3] > best[:3]:  # ties: a slot of the batch, then most recent
@@ -233,20 +235,6 @@ class _PrefixCache:
             copies.append((src, dst, len(entry.tokens)))
         self.entries = kept
         return _Placement(order, starts, copies)
-
-
-def _common_prefix_len(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 @dataclass(eq=False)
@@ -600,7 +588,9 @@ class HFEngine:
             self._decoder.copy(copies)
             for slot in range(keep, len(self._active)):
                 gone = self._active[slot]
-                if gone.tokens:  # the last sampled token was never fed: its KV is missing
+                # The last sampled token was never fed: its KV is missing. A sequence admitted
+                # before the last weight update holds KV of the old weights: not reusable.
+                if gone.tokens and gone.versions[0] == self._version:
                     self._cache.add(slot, gone.prompt + gone.tokens[:-1])
         del self._active[keep:]
 
