@@ -48,6 +48,16 @@ async def converse(
     return list(await asyncio.gather(*(one(p, k) for k, p in enumerate(firsts))))
 
 
+def perturbed(model_dir: Path, *, seed: int) -> Any:
+    """The tiny model with every weight moved: other weights to update the engine with."""
+    other = load_model(model_dir, "float32")
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for param in other.parameters():
+            param.add_(torch.randn_like(param) * 0.3)
+    return other
+
+
 def assert_same(
     cached: list[list[tuple[list[int], Generation]]],
     plain: list[list[tuple[list[int], Generation]]],
@@ -138,11 +148,7 @@ async def test_the_least_recently_cached_slot_is_evicted_first(model: Any, token
 async def test_an_update_invalidates_the_cache(
     model: Any, tokenizer: Any, tiny_model_dir: Path
 ) -> None:
-    other = load_model(tiny_model_dir, "float32")
-    torch.manual_seed(3)
-    with torch.no_grad():
-        for param in other.parameters():
-            param.add_(torch.randn_like(param) * 0.3)
+    other = perturbed(tiny_model_dir, seed=3)
     first = prompts(tokenizer)[1]
     async with HFEngine(model, tokenizer) as engine:
         [gen] = await engine.generate([Prompt(token_ids=first)], GREEDY)
@@ -198,11 +204,7 @@ async def test_a_sequence_in_flight_across_an_update_is_not_cached(
     model: Any, tokenizer: Any, tiny_model_dir: Path
 ) -> None:
     """Its KV is partly the old weights': its next turn is prefilled anew, with the new ones."""
-    other = load_model(tiny_model_dir, "float32")
-    torch.manual_seed(4)
-    with torch.no_grad():
-        for param in other.parameters():
-            param.add_(torch.randn_like(param) * 0.3)
+    other = perturbed(tiny_model_dir, seed=4)
     first = prompts(tokenizer)[1]
     long = SamplingParams(temperature=0, max_new_tokens=40)
     async with HFEngine(model, tokenizer) as engine:
