@@ -299,7 +299,7 @@ class LlamaDecoder:
             length = common_prefix_len(self.ids[0][:length], self.ids[s])
             if length < MIN_SHARED_READ:
                 return
-        if length < MIN_SHARED_READ or length <= min(self.shared[:active]):
+        if length <= min(self.shared[:active]):
             return
         self.prefix_ids = self.ids[0][:length]
         self.prefix_k = self.k[:, 0, :, :length].clone()
