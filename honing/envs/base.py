@@ -29,7 +29,7 @@ import asyncio
 import enum
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -116,19 +116,25 @@ class TaskState(BaseModel):
 
     MAX_ACTIONS_SHOWN: ClassVar[int] = 8
 
-    def render_update(self, shown_next_steps: list[str]) -> str:
+    def render_update(self, shown_next_steps: list[str], shown: Sequence[str] = ()) -> str:
         """What changed for the model since an observation that showed `shown_next_steps`: the
-        latest errors, and the next steps if they changed (the goal, the constraints and the
-        actions are already in its transcript); '' when nothing did."""
+        latest errors (less those a text in `shown`, the step's tool results, already contains),
+        and the next steps if they changed (the goal, the constraints and the actions are
+        already in its transcript); '' when nothing did."""
         parts = []
-        if self.latest_errors:
-            parts.append("Latest errors:\n" + "\n".join(f"- {e}" for e in self.latest_errors))
+        errors = [e for e in self.latest_errors if not any(e in text for text in shown)]
+        if errors:
+            parts.append("Latest errors:\n" + "\n".join(f"- {e}" for e in errors))
         if self.next_steps and self.next_steps != shown_next_steps:
             parts.append("Next steps:\n" + "\n".join(f"- {s}" for s in self.next_steps))
         return "\n\n".join(parts)
 
     def render(self) -> str:
-        parts = [f"Goal: {self.goal}"]
+        """The whole state. The goal comes last: what the episodes of a domain share (its
+        constraints, the first next steps) comes first, so the prompts of a batch share their
+        longest prefix (the engine and the learner compute a shared prefix once), and the
+        question sits next to where the model answers it."""
+        parts = []
         if self.constraints:
             parts.append("Constraints:\n" + "\n".join(f"- {c}" for c in self.constraints))
         if self.actions:
@@ -142,6 +148,7 @@ class TaskState(BaseModel):
             parts.append("Latest errors:\n" + "\n".join(f"- {e}" for e in self.latest_errors))
         if self.next_steps:
             parts.append("Next steps:\n" + "\n".join(f"- {s}" for s in self.next_steps))
+        parts.append(f"Goal: {self.goal}")
         return "\n\n".join(parts)
 
 
@@ -307,7 +314,7 @@ class Environment(abc.ABC):
             self.state.latest_errors = []
         elif not info.infrastructure and info.detail:
             self.state.latest_errors = [info.detail[:300]]
-        update = self.state.render_update(self._shown_next_steps)
+        update = self.state.render_update(self._shown_next_steps, [r.content for r in results])
         self._shown_next_steps = list(self.state.next_steps)
         observation = Observation(text=self.state.render(), update=update, tool_results=results,
                                   tools=self.tools)  # fmt: skip

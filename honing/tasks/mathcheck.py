@@ -12,7 +12,8 @@ one must state a number too (its last \\boxed{...}, or what follows its last "="
 `483 \\times 446` or `215000 + 418` never earn the answer to "Multiply 483 by 446"; a fraction is
 a value only where a fraction (or a decimal) is expected. An expected expression (`(x+1)^2`) is
 compared symbolically, as math-verify does. The gate is regular expressions on the host: no
-parser sees model text outside the sandbox.
+parser sees model text outside the sandbox. Two integers (the gate's digit strings) are compared
+on the host, digit by digit, as math-verify would conclude, without a sandbox run.
 """
 
 from __future__ import annotations
@@ -103,26 +104,48 @@ async def checker_pool(pool: SandboxPool) -> SandboxPool:
     return await pool.sibling(RUNTIME, PRELOAD)
 
 
+def integer_verdict(expected: str, given: str) -> bool | None:
+    """Whether two answers that both state an integer (`number_kind`) state the same one,
+    decided on the host from the digit strings the regular expressions matched (sign, digits
+    without leading zeros or separators: no parser of model text, no limit on length); None
+    when either is not an integer (the sandbox decides). math-verify concludes the same."""
+    if number_kind(expected) != "integer" or number_kind(given) != "integer":
+        return None
+    return _integer(expected) == _integer(given)
+
+
+def _integer(text: str) -> tuple[bool, str]:
+    """An integer answer as (negative, digits), so that -0 == 0 and 007 == 7 == +7."""
+    value = _comparable(text)
+    digits = value.lstrip("+-").lstrip("0") or "0"
+    return value.startswith("-") and digits != "0", digits
+
+
 async def math_equal_many(pool: SandboxPool, pairs: list[tuple[str, str]]) -> list[bool] | None:
     """For each (expected, given): whether they state the same value (a formula where a number
-    is expected never does). None if the sandbox failed."""
+    is expected never does). None if the sandbox failed. Two integers are compared on the host
+    (`integer_verdict`, what math-verify concludes for them); the rest run in the sandbox."""
+    verdicts: list[bool | None] = [
+        integer_verdict(e, g) if states_a_value(e, g) else False for e, g in pairs
+    ]
     gated = [
         (expected, _comparable(given) if number_kind(expected) else given)
-        for expected, given in pairs
-        if states_a_value(expected, given)
+        for (expected, given), verdict in zip(pairs, verdicts, strict=True)
+        if verdict is None
     ]
-    if not gated:
-        return [False] * len(pairs)
-    checker = await checker_pool(pool)
-    result = await checker.run(
-        ExecRequest(code=PROGRAM, stdin=json.dumps(gated), timeout_s=TIMEOUT_S, memory_mb=1024)
-    )
-    if result.status in (ExecStatus.TIMEOUT, ExecStatus.MEMORY_LIMIT, ExecStatus.OUTPUT_LIMIT):
-        return [False] * len(pairs)  # an answer that blows the checker's limits is not equal
-    if result.status is not ExecStatus.OK:
-        return None  # the checker crashed or the sandbox failed: no verdict, not "unequal"
-    verdicts = iter(bool(v) for v in json.loads(result.stdout))
-    return [next(verdicts) if states_a_value(e, g) else False for e, g in pairs]
+    if gated:
+        checker = await checker_pool(pool)
+        result = await checker.run(
+            ExecRequest(code=PROGRAM, stdin=json.dumps(gated), timeout_s=TIMEOUT_S, memory_mb=1024)
+        )
+        if result.status in (ExecStatus.TIMEOUT, ExecStatus.MEMORY_LIMIT, ExecStatus.OUTPUT_LIMIT):
+            checked = iter([False] * len(gated))  # an answer that blows the checker's limits
+        elif result.status is not ExecStatus.OK:  # is not equal
+            return None  # the checker crashed or the sandbox failed: no verdict, not "unequal"
+        else:
+            checked = iter(bool(v) for v in json.loads(result.stdout))
+        verdicts = [next(checked) if v is None else v for v in verdicts]
+    return [bool(v) for v in verdicts]
 
 
 async def math_equal(pool: SandboxPool, expected: str, given: str) -> bool | None:

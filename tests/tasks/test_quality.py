@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,7 +12,14 @@ import pytest
 
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
 from honing.tasks import apply_quality_filter, load_tasks, verify_references
-from honing.tasks.mathcheck import final_value, math_equal_many, number_kind
+from honing.tasks.mathcheck import (
+    PROGRAM,
+    checker_pool,
+    final_value,
+    integer_verdict,
+    math_equal_many,
+    number_kind,
+)
 from honing.tasks.quality import code_program
 
 BAD_CODE = {
@@ -69,7 +77,33 @@ MATH_CASES = [
     ("0.75", "3/4", True),  # a fraction where a decimal is asked is a value
     ("\\frac{3}{4}", "\\dfrac{3}{4}", True),
     ("2\\sqrt{2}", "\\sqrt{8}", True),  # an expected expression: compared symbolically
+    ("7", "9" * 5000, False),  # past int()'s 4300 digits: still a verdict
 ]
+
+INTEGER_PAIRS = [
+    ("391", "391"),
+    ("391", "17*23 = 391"),
+    ("215418", "215,418"),
+    ("-1024", "\\boxed{-1,024}"),
+    ("7", "007"),
+    ("7", "+7"),
+    ("0", "-0"),
+    ("-5", "5"),
+    ("25", "25\\%"),
+    ("100", "1000"),
+    ("12345678901234567890", "12345678901234567891"),
+]
+
+
+async def test_integers_compared_on_the_host_as_math_verify_does(pool: SandboxPool) -> None:
+    """The host's digit comparison gives math-verify's verdict on every pair of integers."""
+    checker = await checker_pool(pool)
+    comparable = [(e, final_value(g).replace(",", "")) for e, g in INTEGER_PAIRS]
+    result = await checker.run(ExecRequest(code=PROGRAM, stdin=json.dumps(comparable)))
+    assert result.stdout, result
+    assert [integer_verdict(e, g) for e, g in INTEGER_PAIRS] == json.loads(result.stdout)
+    assert integer_verdict("391", "17*23") is None  # not an integer: the sandbox decides
+    assert integer_verdict("0.5", "1/2") is None
 
 
 async def test_math_equal_in_the_sandbox(pool: SandboxPool) -> None:
