@@ -292,3 +292,33 @@ async def test_a_crashed_loop_fails_everyone_instead_of_hanging(model: Any, toke
     with pytest.raises(EngineError, match="closed"):
         await engine.generate([Prompt(token_ids=p)], GREEDY)
     await engine.close()
+
+
+async def test_a_shared_prefix_counts_once_toward_a_prefill_batch(
+    model: Any, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight prompts with one long system prompt and short different ends: their padded length
+    is far above the prefill budget, their shared prefix once plus the ends is not, so they are
+    admitted in one prefill (not one each); outputs as transformers' greedy decode."""
+    from honing.rollout.engines import hf
+
+    system = tokenizer.encode("You are a careful assistant. " * 8, add_special_tokens=False)
+    firsts = [system + p for p in prompts(tokenizer)]
+    batch = [firsts[i % len(firsts)] + [100 + i] for i in range(8)]
+    shared = len(system)
+    ends = max(len(p) for p in batch) - shared
+    monkeypatch.setattr(hf, "PREFILL_TOKENS", shared + 8 * ends)  # < 8 * the longest prompt
+    assert 8 * max(len(p) for p in batch) > hf.PREFILL_TOKENS
+    sizes: list[int] = []
+    async with HFEngine(model, tokenizer, max_batch=8) as engine:
+        prefill = engine._decoder.prefill
+
+        def counted(first: int, ids: list[list[int]], starts: Any = None) -> torch.Tensor:
+            sizes.append(len(ids))
+            return prefill(first, ids, starts)
+
+        monkeypatch.setattr(engine._decoder, "prefill", counted)
+        outs = await engine.generate([Prompt(token_ids=p) for p in batch], GREEDY)
+    assert sizes == [8]
+    for p, out in zip(batch, outs, strict=True):
+        assert out.token_ids == hf_greedy(model, p, GREEDY.max_new_tokens)

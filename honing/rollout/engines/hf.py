@@ -8,7 +8,8 @@
 **Decode loop.** One worker thread owns the model and runs the loop (torch releases the GIL, so
 the asyncio loop stays responsive). Between decode steps it applies a pending weight update,
 admits waiting sequences into free slots (one right-padded prefill for those admitted together,
-which also samples their first token), then advances every active sequence by one token in one
+up to PREFILL_TOKENS tokens with their shared prefix counted once; it also samples their first
+token), then advances every active sequence by one token in one
 batched step, retires finished ones and resolves their futures. Concurrent `generate` calls from
 many episodes therefore share decode steps. The model's forward is `llama_decode.LlamaDecoder`
 for Llama-family models (its own step over a static per-slot KV cache; the fast path) and the HF
@@ -100,7 +101,7 @@ from honing.rollout.engines.llama_decode import (
 )
 
 DEFAULT_MAX_LEN = 4096
-PREFILL_TOKENS = 8192  # padded prompt tokens prefilled together at most
+PREFILL_TOKENS = 8192  # prompt tokens run in one prefill at most (a shared prefix once)
 
 
 @dataclass(eq=False)
@@ -467,12 +468,17 @@ class HFEngine:
     def _admit(self) -> None:
         while len(self._active) < self.max_batch:
             batch: list[_Seq] = []
+            longest = shared = 0  # of the batch's prompts; the prefix they all share
             with self._lock:
                 while self._waiting and len(self._active) + len(batch) < self.max_batch:
                     seq = self._waiting[0]
-                    longest = max([len(seq.prompt), *(len(s.prompt) for s in batch)])
-                    if batch and longest * (len(batch) + 1) > PREFILL_TOKENS:
-                        break
+                    if batch:  # the shared prefix runs once, the rest right-padded per row
+                        longest = max(longest, len(seq.prompt))
+                        shared = min(shared, common_prefix_len(batch[0].prompt, seq.prompt))
+                        if shared + (longest - shared) * (len(batch) + 1) > PREFILL_TOKENS:
+                            break
+                    else:
+                        longest = shared = len(seq.prompt)
                     self._waiting.popleft()
                     if seq.future.cancelled():
                         continue
