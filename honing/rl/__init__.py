@@ -1,8 +1,10 @@
 """RL math: small pure tensor functions (no state, no I/O) that the learner calls.
 
     advantages   grpo_advantages, dr_grpo_advantages, rloo_advantages, reinforce_pp_advantages,
-                 gae_advantages (-> GAE), turn_level_advantages, broadcast_to_tokens
+                 gae_advantages (-> GAE), token_rewards, whiten, turn_level_advantages,
+                 broadcast_to_tokens
     losses       policy_loss (-> PolicyLoss, PolicyLossStats), aggregate, Aggregation
+    value        value_loss (-> ValueLoss), explained_variance: the critic's loss and diagnostic
     offpolicy    decoupled_policy_loss, token_staleness, staleness_mask
     kl           kl_k1, kl_k2, kl_k3, kl_penalty, KLEstimator
     logprobs     token_logprobs, token_entropy, entropy_from_logits
@@ -25,13 +27,16 @@ from honing.rl.advantages import (
     grpo_advantages,
     reinforce_pp_advantages,
     rloo_advantages,
+    token_rewards,
     turn_level_advantages,
+    whiten,
 )
 from honing.rl.kl import KLEstimator, kl_k1, kl_k2, kl_k3, kl_penalty
 from honing.rl.logprobs import entropy_from_logits, token_entropy, token_logprobs
 from honing.rl.losses import Aggregation, PolicyLoss, PolicyLossStats, aggregate, policy_loss
 from honing.rl.masking import masked_mean, masked_sum
 from honing.rl.offpolicy import CapMode, decoupled_policy_loss, staleness_mask, token_staleness
+from honing.rl.value import ValueLoss, explained_variance, value_loss
 
 __all__ = [
     "GAE",
@@ -40,11 +45,13 @@ __all__ = [
     "KLEstimator",
     "PolicyLoss",
     "PolicyLossStats",
+    "ValueLoss",
     "aggregate",
     "broadcast_to_tokens",
     "decoupled_policy_loss",
     "dr_grpo_advantages",
     "entropy_from_logits",
+    "explained_variance",
     "gae_advantages",
     "grpo_advantages",
     "kl_k1",
@@ -59,6 +66,9 @@ __all__ = [
     "staleness_mask",
     "token_entropy",
     "token_logprobs",
+    "token_rewards",
     "token_staleness",
     "turn_level_advantages",
+    "value_loss",
+    "whiten",
 ]

@@ -5,6 +5,8 @@
     rloo_advantages           r - mean of the *other* samples of the group    Ahmadian et al. 2024
     reinforce_pp_advantages   group baseline, then normalised over the batch  Hu 2025
     gae_advantages            GAE over the model's tokens with a value head   Schulman et al. 2016
+    token_rewards             outcome and per-turn rewards onto the tokens GAE steps through
+    whiten                    (A - mean) / std over the model's tokens of a batch (for GAE)
     turn_level_advantages     outcome advantage + weighted per-turn process term (see its docstring)
     broadcast_to_tokens       a per-sequence advantage onto the sequence's model tokens
 
@@ -173,7 +175,7 @@ def gae_advantages(
     episodes are one chain of actions; gamma discounts per model token). After the last model
     token, V_next = 0 (the episode ended). A reward must sit on a model token (usually the last
     one of its turn); one on a masked position is an error rather than silently lost.
-    Leaves out advantage whitening and value clipping (the learner's choices).
+    Leaves out advantage whitening (`whiten`) and the value loss (`honing.rl.value`).
     """
     if not (rewards.shape == values.shape == mask.shape) or rewards.dim() != 2:
         raise ValueError(
@@ -200,6 +202,78 @@ def gae_advantages(
         next_adv = torch.where(here, adv, next_adv)
     returns = torch.where(valid, advantages + values, torch.zeros_like(values))
     return GAE(advantages, returns)
+
+
+def token_rewards(
+    outcome: Tensor,
+    mask: Tensor,
+    turn_rewards: Tensor | None = None,
+    token_turns: Tensor | None = None,
+) -> Tensor:
+    """The per-token rewards `gae_advantages` takes: each episode's outcome reward on its last
+    model token, and each assistant turn's reward on the last model token of that turn.
+
+    Shapes: outcome [N], mask [N, T] (1 on the model's tokens: GAE's steps), turn_rewards [N, K]
+    (the reward to add for the k-th assistant turn, already weighted; e.g. its process reward),
+    token_turns [N, T] long (the turn, 0..K-1, of each model token; -1 elsewhere: as
+    honing.trainer.batching.turn_rewards gives it); returns [N, T], 0 off those positions.
+    A turn's reward lands where its last token with `mask` set is; both rewards of an episode's
+    last turn land on the same token and add up. A row (or turn) without a masked-in token gets
+    nothing: there is no action of the model to credit. Pass turn_rewards and token_turns
+    together, or neither (outcome only).
+    """
+    if outcome.dim() != 1 or mask.dim() != 2 or mask.shape[0] != outcome.shape[0]:
+        raise ValueError(
+            f"outcome {tuple(outcome.shape)} and mask {tuple(mask.shape)}: need [N] and [N, T]"
+        )
+    if (turn_rewards is None) != (token_turns is None):
+        raise ValueError("pass turn_rewards and token_turns together (or neither)")
+    if not outcome.is_floating_point():
+        outcome = outcome.to(torch.get_default_dtype())
+    n, t = mask.shape
+    valid = mask.bool()
+    positions = torch.arange(t, device=mask.device)
+    out = torch.zeros((n, t), dtype=outcome.dtype, device=outcome.device)
+    last = torch.where(valid, positions, -1).amax(dim=1)  # [N]; -1: no model token
+    (rows,) = (last >= 0).nonzero(as_tuple=True)
+    out.index_put_((rows, last[rows]), outcome[rows], accumulate=True)
+    if turn_rewards is None or token_turns is None:
+        return out
+    k = turn_rewards.shape[1]
+    if turn_rewards.shape != (n, k) or token_turns.shape != (n, t):
+        raise ValueError(
+            f"turn_rewards {tuple(turn_rewards.shape)} and token_turns "
+            f"{tuple(token_turns.shape)}: need [N, K] and [N, T] with N = {n}, T = {t}"
+        )
+    turns = torch.arange(k, device=mask.device)
+    on_turn = (token_turns[:, None, :] == turns[None, :, None]) & valid[:, None, :]  # [N, K, T]
+    turn_last = torch.where(on_turn, positions, -1).amax(dim=2)  # [N, K]
+    rows, turn = (turn_last >= 0).nonzero(as_tuple=True)
+    out.index_put_(
+        (rows, turn_last[rows, turn]), turn_rewards[rows, turn].to(out.dtype), accumulate=True
+    )
+    return out
+
+
+def whiten(advantages: Tensor, mask: Tensor, *, eps: float = 1e-6) -> Tensor:
+    """`(A - mean) / (std + eps)` over the masked positions of the whole batch, 0 elsewhere.
+
+    Shapes: advantages, mask [B, T]; returns [B, T]. The batch-level normalisation PPO
+    implementations apply to GAE advantages (verl, OpenRLHF, cleanrl's `norm_adv`); std is the
+    unbiased sample std, as in `reinforce_pp_advantages`. Fewer than two masked positions, or
+    all of them equal, give exactly 0 (nothing to rank), never NaN.
+    """
+    if advantages.shape != mask.shape or advantages.dim() != 2:
+        raise ValueError(
+            f"advantages {tuple(advantages.shape)} and mask {tuple(mask.shape)}: need both [B, T]"
+        )
+    valid = mask.bool()
+    picked = advantages[valid]
+    zero = torch.zeros_like(advantages)
+    if picked.numel() < 2 or bool(picked.max() == picked.min()):
+        return zero
+    normalised = (advantages - picked.mean()) / (picked.std() + eps)
+    return torch.where(valid, normalised, zero)
 
 
 def broadcast_to_tokens(advantages: Tensor, mask: Tensor) -> Tensor:

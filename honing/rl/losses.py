@@ -20,9 +20,10 @@ against entropy collapse). Aggregation (`Aggregation`):
 is one micro-batch of a larger optimiser step, so that accumulating the micro-batches' gradients
 gives the same update as one big batch.
 
-Not covered: dual-clip PPO (Ye et al. 2020), sequence-level ratios (GSPO), value loss, the KL and
-entropy terms (the learner adds them, `honing.rl.kl`, `honing.rl.logprobs`), and correction for
-the gap between behaviour and proximal policy (`honing.rl.offpolicy`, which calls this).
+Not covered: dual-clip PPO (Ye et al. 2020), sequence-level ratios (GSPO), the value loss
+(`honing.rl.value`), the KL and entropy terms (the learner adds them, `honing.rl.kl`,
+`honing.rl.logprobs`), and correction for the gap between behaviour and proximal policy
+(`honing.rl.offpolicy`, which calls this).
 """
 
 from __future__ import annotations

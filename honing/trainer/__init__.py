@@ -15,8 +15,9 @@
     warm        the warm start of `honing train` (SFT before RL)
     loop        train(): the closed loop with phases, held-out evals, forgetting, checkpoints
 
-Not covered: several PPO epochs per batch, value heads (GAE is in honing.rl, unused here),
-asynchronous overlap of generation and training, multi-process (FSDP) learners.
+Not covered: several PPO epochs per batch, a critic separate from the policy (advantage gae puts a
+value head on the policy's trunk), asynchronous overlap of generation and training,
+multi-process (FSDP) learners.
 """
 
 from honing.trainer.batching import (

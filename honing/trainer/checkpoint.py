@@ -4,7 +4,8 @@
         run_dir/checkpoints/
             step-00000012/
                 learner/    Learner.save: weights (or the LoRA adapter), optimiser, LR schedule,
-                            steps, version
+                            steps, version; with advantage gae the value head and its optimiser
+                            and schedule
                 rng.pt      RngState: python `random`, numpy, torch CPU (and CUDA) generators
                 state.json  the closed loop's state (data cursor, scheduler queue, in-flight
                             episodes, store offsets), stored as the caller gives it

@@ -1,4 +1,5 @@
-"""The learner's configuration section: algorithm, optimiser, schedule, batching, LoRA, precision.
+"""The learner's configuration section: algorithm, optimiser, schedule, batching, LoRA, precision,
+and the critic of advantage `gae` (gamma, lam, critic_lr, value_coef, value_clip).
 
 Covered: `LearnerConfig` and its `LoraSettings`. Not covered: the run's other sections (rollout,
 tasks, evaluation, checkpoints), which the closed loop's config composes next to this one.
@@ -13,7 +14,12 @@ from pydantic import Field, model_validator
 from honing.config import StrictModel
 from honing.rl import Aggregation, KLEstimator
 
-AdvantageEstimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp"]
+AdvantageEstimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"]
+
+# The settings of the critic (advantage gae) alone: changing one for another estimator is an error
+# (it would have no effect), not a silent no-op.
+CRITIC_SETTINGS = ("gamma", "lam", "critic_lr", "value_coef", "value_clip")
+CRITIC_LR_FACTOR = 10.0
 
 
 class LoraSettings(StrictModel):
@@ -40,7 +46,41 @@ class LearnerConfig(StrictModel):
 
     advantage: AdvantageEstimator = Field(
         "grpo",
-        description="Advantage estimator over each group's outcome rewards (honing.rl.advantages).",
+        description="Advantage estimator over each group's outcome rewards (honing.rl.advantages); "
+        "gae: PPO with a learned critic (a value head on the policy's last hidden states).",
+    )
+    gamma: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="gae: discount per model token (1, as verl and OpenRLHF: the outcome reaches "
+        "every token of an episode undiscounted).",
+    )
+    lam: float = Field(
+        0.95,
+        ge=0,
+        le=1,
+        description="gae: GAE's lambda (OpenRLHF's default; verl uses 1.0): lower leans on the "
+        "critic, less variance and more bias.",
+    )
+    critic_lr: float | None = Field(
+        None,
+        gt=0,
+        description="gae: peak learning rate of the value head's own AdamW (same schedule shape "
+        "as the policy's); None: 10 x lr (verl's defaults give the critic 10x the actor's rate).",
+    )
+    value_coef: float = Field(
+        0.1,
+        ge=0,
+        description="gae: weight of the value loss's gradient into the shared trunk (the policy's "
+        "trained weights); the head itself always learns from the full value loss. 0: the head "
+        "is a probe on the policy's features and the critic never moves the policy.",
+    )
+    value_clip: float = Field(
+        0.2,
+        gt=0,
+        description="gae: a value may move at most this far from its value at scoring time "
+        "(PPO's clipped value loss, honing.rl.value_loss).",
     )
     aggregation: Aggregation = Field(
         "token",
@@ -61,7 +101,8 @@ class LearnerConfig(StrictModel):
         0.0,
         ge=0,
         description="Weight of the turn-level (process) advantages added to each turn's tokens "
-        "(MT-GRPO, honing.rl.turn_level_advantages); 0 uses the outcome alone.",
+        "(MT-GRPO, honing.rl.turn_level_advantages); with gae, the weight of each turn's process "
+        "reward placed on its last token. 0 uses the outcome alone.",
     )
     process_components: list[str] = Field(
         default_factory=lambda: ["well_formed", "tool_ok", "constraints"],
@@ -133,4 +174,23 @@ class LearnerConfig(StrictModel):
         b1, b2 = self.betas
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
             raise ValueError(f"betas {self.betas}: each must be in [0, 1)")
+        if self.advantage != "gae":
+            changed = [
+                name
+                for name in CRITIC_SETTINGS
+                if getattr(self, name) != type(self).model_fields[name].default
+            ]
+            if changed:
+                raise ValueError(
+                    f"{', '.join(changed)} configure the critic of advantage 'gae' and do "
+                    f"nothing with advantage {self.advantage!r}: set advantage: gae, or drop them"
+                )
         return self
+
+    @property
+    def critic_learning_rate(self) -> float:
+        """The value head's peak learning rate: `critic_lr`, or 10 x `lr` when it is None. Why
+        10x: the head starts at zero and must reach the scale of the returns within a few
+        updates, while the trunk it reads is pretrained; verl (1e-5 vs 1e-6) and OpenRLHF (9e-6
+        vs 5e-7) give their critics 10-20x the actor's rate."""
+        return self.critic_lr if self.critic_lr is not None else CRITIC_LR_FACTOR * self.lr

@@ -14,7 +14,9 @@ from honing.rl import (
     grpo_advantages,
     reinforce_pp_advantages,
     rloo_advantages,
+    token_rewards,
     turn_level_advantages,
+    whiten,
 )
 
 EPS = 1e-6
@@ -132,6 +134,60 @@ def test_gae_with_gamma_lambda_one_and_zero_values_is_reward_to_go() -> None:
 def test_gae_rejects_a_reward_on_a_masked_token() -> None:
     with pytest.raises(ValueError, match="masked-out token"):
         gae_advantages(torch.tensor([[0.0, 1.0]]), torch.zeros(1, 2), torch.tensor([[1, 0]]))
+
+
+# prompt | turn 0 (tokens 1, 2) | observation (3) | turn 1 (tokens 4, 5) | observation (6)
+TWO_TURNS_MASK = torch.tensor([[0, 1, 1, 0, 1, 1, 0]])
+TWO_TURNS_OF = torch.tensor([[-1, 0, 0, -1, 1, 1, -1]])
+
+
+def test_token_rewards_put_each_reward_on_the_last_token_of_its_turn() -> None:
+    out = token_rewards(
+        torch.tensor([1.0]), TWO_TURNS_MASK, torch.tensor([[0.5, 0.25]]), TWO_TURNS_OF
+    )
+    # turn 0's 0.5 on token 2; turn 1's 0.25 and the outcome 1.0 both on token 5: 1.25
+    close(out, torch.tensor([[0.0, 0.0, 0.5, 0.0, 0.0, 0.25 + 1.0, 0.0]]))
+    # outcome alone
+    close(
+        token_rewards(torch.tensor([1.0]), TWO_TURNS_MASK),
+        torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]]),
+    )
+
+
+def test_token_rewards_without_a_model_token_to_credit_are_dropped() -> None:
+    mask = torch.tensor([[0, 0, 0], [0, 1, 0]])
+    turn_of = torch.tensor([[-1, -1, -1], [-1, 1, -1]])  # row 1's turn 0 has no model token
+    out = token_rewards(
+        torch.tensor([3.0, 2.0]), mask, torch.tensor([[7.0, 0.0], [5.0, 0.5]]), turn_of
+    )
+    # row 0 has no model token at all; row 1: outcome 2 and turn 1's 0.5 on token 1
+    close(out, torch.tensor([[0.0, 0.0, 0.0], [0.0, 2.0 + 0.5, 0.0]]))
+    with pytest.raises(ValueError, match="together"):
+        token_rewards(torch.tensor([1.0, 1.0]), mask, turn_rewards=torch.zeros(2, 2))
+
+
+def test_gae_over_token_rewards_of_a_two_turn_episode_skips_the_observation() -> None:
+    gamma, lam = 1.0, 0.5
+    mask = torch.tensor([[0, 1, 1, 0, 1]])  # prompt, turn 0 (1, 2), observation (3), turn 1 (4)
+    turn_of = torch.tensor([[-1, 0, 0, -1, 1]])
+    rewards = token_rewards(torch.tensor([1.0]), mask, torch.tensor([[0.5, 0.0]]), turn_of)
+    values = torch.tensor([[9.0, 0.1, 0.2, 9.0, 0.4]])  # 9.0: not a step, never read
+    a4 = 1.0 + gamma * 0.0 - 0.4  # the last step: nothing after it
+    a2 = 0.5 + gamma * 0.4 - 0.2 + gamma * lam * a4  # bootstraps from token 4, past the observation
+    a1 = 0.0 + gamma * 0.2 - 0.1 + gamma * lam * a2
+    out = gae_advantages(rewards, values, mask, gamma=gamma, lam=lam)
+    close(out.advantages, torch.tensor([[0.0, a1, a2, 0.0, a4]]))  # 0.6, 1.0, 0.6
+    close(out.returns, torch.tensor([[0.0, a1 + 0.1, a2 + 0.2, 0.0, a4 + 0.4]]))
+
+
+def test_whiten_over_the_masked_positions_of_the_batch() -> None:
+    advantages = torch.tensor([[1.0, 2.0, 7.0], [3.0, 9.0, 9.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    # picked [1, 2, 3]: mean 2, unbiased std sqrt((1 + 0 + 1) / 2) = 1
+    expected = torch.tensor([[-1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]) / (1.0 + EPS)
+    close(whiten(advantages, mask), expected)
+    close(whiten(advantages, torch.tensor([[0, 0, 0], [1, 0, 0]])), torch.zeros(2, 3))  # one
+    close(whiten(torch.full((2, 3), 4.0), torch.ones(2, 3)), torch.zeros(2, 3))  # all equal
 
 
 def test_broadcast_to_tokens() -> None:

@@ -20,7 +20,14 @@ from pydantic import BaseModel
 
 from honing.errors import CheckpointError
 from honing.store.records import Group, Trajectory
-from honing.trainer import Learner, LearnerConfig, LoraSettings, checkpoint
+from honing.trainer import (
+    AdvantageEstimator,
+    Learner,
+    LearnerConfig,
+    LearnerStats,
+    LoraSettings,
+    checkpoint,
+)
 from honing.trainer.checkpoint import (
     RngState,
     latest_checkpoint,
@@ -69,12 +76,19 @@ def batches(tiny_model_dir: Path) -> list[list[Group]]:
 
 
 def weights(learner: Learner) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+    """Every trained tensor: the policy's, and the value head's when there is a critic."""
+    out = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+    if learner.critic is not None:
+        out |= {
+            f"value_head.{n}": p.detach().clone() for n, p in learner.critic.head.named_parameters()
+        }
+    return out
 
 
-def config_for(lora: LoraSettings | None) -> LearnerConfig:
+def config_for(lora: LoraSettings | None, advantage: AdvantageEstimator = "grpo") -> LearnerConfig:
     # warm-up, cosine decay, weight decay and a KL term: every piece of state a resume must carry
     return LearnerConfig(
+        advantage=advantage,
         lr=1e-2 if lora else 1e-3,
         warmup_steps=1,
         schedule="cosine",
@@ -86,35 +100,56 @@ def config_for(lora: LoraSettings | None) -> LearnerConfig:
     )
 
 
+def stats_of(stats: LearnerStats) -> dict[str, object]:
+    """An update's statistics but its wall-clock time."""
+    return {k: getattr(stats, k) for k in stats.__dataclass_fields__ if k != "seconds"}
+
+
 def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
     assert a.keys() == b.keys()
     different = [n for n in a if not torch.equal(a[n], b[n])]
     assert not different, f"{len(different)} tensors differ, first {different[0]}"
 
 
-@pytest.mark.parametrize("lora", [None, LoraSettings(r=4, alpha=8)], ids=["full", "lora"])
+@pytest.mark.parametrize(
+    ("lora", "advantage"),
+    [
+        (None, "grpo"),
+        (LoraSettings(r=4, alpha=8), "grpo"),
+        (None, "gae"),
+        (LoraSettings(r=4, alpha=8), "gae"),
+    ],
+    ids=["full", "lora", "full-gae", "lora-gae"],
+)
 def test_a_loaded_learner_continues_bit_for_bit(
-    tiny_model_dir: Path, tmp_path: Path, batches: list[list[Group]], lora: LoraSettings | None
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    batches: list[list[Group]],
+    lora: LoraSettings | None,
+    advantage: AdvantageEstimator,
 ) -> None:
-    config = config_for(lora)
+    config = config_for(lora, advantage)
     first = Learner(tiny_model_dir, config)
     for batch in batches[:2]:
         assert first.update(batch).stepped
     first.save(tmp_path / "learner")
     at_save = weights(first)
-    first.update(batches[2])
+    next_stats = stats_of(first.update(batches[2]))
     after_three = weights(first)
-    first.update(batches[3])
+    last_stats = stats_of(first.update(batches[3]))
     uninterrupted = weights(first)
     moved = [n for n in at_save if not torch.equal(at_save[n], after_three[n])]
     assert moved  # the updates after the save changed the weights
+    if advantage == "gae":  # the value head too, and the losses say it was trained
+        assert any(n.startswith("value_head.") for n in moved)
+        assert next_stats["value_loss"] != 0.0 and next_stats["value_mean"] != 0.0
 
     second = Learner(tiny_model_dir, config)
     second.load(tmp_path / "learner")
     assert (second.steps, second.version) == (2, 2)
     assert_same(weights(second), at_save)
-    for batch in batches[2:]:
-        second.update(batch)
+    assert stats_of(second.update(batches[2])) == next_stats  # every loss and statistic, exactly
+    assert stats_of(second.update(batches[3])) == last_stats
     assert_same(weights(second), uninterrupted)
     assert second.optimizer.param_groups[0]["lr"] == first.optimizer.param_groups[0]["lr"]
     assert (second.steps, second.version) == (first.steps, first.version) == (4, 4)
@@ -124,9 +159,43 @@ def test_a_loaded_learner_continues_bit_for_bit(
     with torch.no_grad():
         for n, p in third.model.named_parameters():
             p.copy_(at_save[n])
+        if third.critic is not None:
+            for n, p in third.critic.head.named_parameters():
+                p.copy_(at_save[f"value_head.{n}"])
     third.update(batches[2])
     after = weights(third)
     assert any(not torch.equal(after[n], after_three[n]) for n in moved)
+
+
+def test_a_critic_resumes_only_from_its_own_checkpoint(
+    tiny_model_dir: Path, tmp_path: Path, batches: list[list[Group]]
+) -> None:
+    """Its files are checked before anything changes; a group-estimator checkpoint is another
+    config; a checkpoint saved before the critic settings existed still loads."""
+    config = config_for(None, "gae")
+    learner = Learner(tiny_model_dir, config)
+    learner.update(batches[0])
+    learner.save(tmp_path / "gae")
+    assert {"value_head.safetensors", "value_optimizer.pt", "value_scheduler.pt"} <= {
+        p.name for p in (tmp_path / "gae").iterdir()
+    }
+    fresh = Learner(tiny_model_dir, config)
+    before = weights(fresh)
+    (tmp_path / "gae" / "value_optimizer.pt").unlink()
+    with pytest.raises(CheckpointError, match=r"value_optimizer\.pt is missing"):
+        fresh.load(tmp_path / "gae")
+    assert_same(weights(fresh), before)  # nothing was changed
+
+    Learner(tiny_model_dir, config_for(None)).save(tmp_path / "grpo")
+    with pytest.raises(CheckpointError, match="advantage: checkpoint 'grpo', this learner 'gae'"):
+        fresh.load(tmp_path / "grpo")
+
+    # an older checkpoint's config does not name gamma, lam, ...: it ran with their defaults
+    manifest = json.loads((tmp_path / "grpo" / "learner.json").read_text())
+    for key in ("gamma", "lam", "critic_lr", "value_coef", "value_clip"):
+        del manifest["config"][key]
+    (tmp_path / "grpo" / "learner.json").write_text(json.dumps(manifest))
+    Learner(tiny_model_dir, config_for(None)).load(tmp_path / "grpo")
 
 
 def test_a_resumed_run_with_lora_dropout_is_bit_exact_through_the_checkpoint(

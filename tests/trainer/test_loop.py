@@ -61,26 +61,30 @@ def run_child(cfg: dict[str, Any], path: Path, *args: str) -> subprocess.Complet
     )
 
 
-def final_weights(run: Path) -> dict[str, Any]:
+def final_weights(run: Path, name: str = "model.safetensors") -> dict[str, Any]:
     checkpoint = latest_checkpoint(run)
     assert checkpoint is not None
-    return load_file(checkpoint / "learner" / "model.safetensors")
+    return load_file(checkpoint / "learner" / name)
 
 
 def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.parametrize("advantage", ["grpo", "gae"])
 def test_sigkilled_run_resumes_to_the_same_weights_bit_for_bit(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, tiny_model_dir: Path, advantage: str
 ) -> None:
+    learner = {"lr": 1e-3, "micro_batch_tokens": 2048, "advantage": advantage}
     straight = tmp_path / "straight"
-    done = run_child(config(tmp_path, tiny_model_dir, straight), tmp_path / "a.json")
+    done = run_child(
+        config(tmp_path, tiny_model_dir, straight, learner=learner), tmp_path / "a.json"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1])["steps"] == 3
 
     killed = tmp_path / "killed"
-    cfg = config(tmp_path, tiny_model_dir, killed)
+    cfg = config(tmp_path, tiny_model_dir, killed, learner=learner)
     first = run_child(cfg, tmp_path / "b.json", "--kill-after", "3")
     assert first.returncode == -9, first.stderr[-3000:]  # killed after the last update, before
     assert len(lines(killed / "metrics.jsonl")) == 3  # its checkpoint: resumes at step 2
@@ -99,6 +103,19 @@ def test_sigkilled_run_resumes_to_the_same_weights_bit_for_bit(
         if key in initial and initial[key].shape == tensor.shape:
             changed += int(not (initial[key] == tensor).all())
     assert changed > 0, "the updates changed no weight: the test would prove nothing"
+    if advantage == "gae":  # the critic resumed too: its head, and every update's statistics
+        heads = [final_weights(run, "value_head.safetensors") for run in (straight, killed)]
+        assert all((heads[0][n] == heads[1][n]).all() for n in heads[0])
+        assert any(h.any() for h in heads[0].values())
+
+        def learner_stats(run: Path) -> list[dict[str, Any]]:
+            return [
+                {k: v for k, v in m["learner"].items() if k != "seconds"}
+                for m in lines(run / "metrics.jsonl")
+            ]
+
+        assert learner_stats(killed) == learner_stats(straight)
+        assert any(s["value_loss"] > 0 for s in learner_stats(killed))  # the critic trained
 
     # nothing lost, nothing doubled: the store and the logs match the uninterrupted run
     def keyed(run: Path) -> list[tuple[str, int, str]]:
