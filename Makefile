@@ -65,6 +65,7 @@ bench: setup
 	$(PY) benchmarks/async_vs_sync.py
 	$(PY) benchmarks/scheduler_scale.py
 	$(PY) benchmarks/grpo_vs_trl.py
+	$(PY) benchmarks/learning_vs_trl.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,760 @@
+"""Learning on one budget: trl's `GRPOTrainer` against `honing train`, from the same warm start.
+
+What is compared
+----------------
+Held-out success gained by each framework in the same wall-clock budget (`--budget-min`, 8 by
+default), one side after the other in this process, on the same torch threads:
+
+* the start: the quickstart's warm start (`examples/quickstart.yaml`: SFT on 32 calculator traces,
+  `honing.trainer.warm.warm_start`), run once into `OUT/start-seedS` and reused; both sides train
+  it, both results are evaluated against it;
+* the tasks: the quickstart's 512 synthetic-math training tasks, update k of either side on the
+  same 8 (honing's `TaskMixer` order at the seed; trl's dataset in that order, unshuffled); the
+  episode: honing's math environment (calculator, answer; up to 2 model turns of up to 48 tokens
+  at the quickstart's temperature), its tokens rendered exactly as honing's agent renders them;
+* the reward: the environment's judge on the final answer (`honing.tasks.mathcheck`, 1 or 0);
+* the update: GRPO, 8 tasks x 4 samples per step, LoRA r 16 / alpha 32 on q/k/v/o of the top 12
+  layers, AdamW at the quickstart's constant learning rate, float32, gradients clipped at 1.0.
+
+How each side trains
+--------------------
+* honing: `honing.trainer.loop.train` with the quickstart's settings, `model:` the warm start, no
+  warm_start section, no held-out sets (evaluation is done here, afterwards), a checkpoint after
+  every update; its defaults stand (process rewards at weight 0.5, dynamic sampling, clip 0.2/0.28).
+* trl 1.16, multi-turn through its own tool API (`environment_factory`, experimental): the
+  environment's methods `calculator` and `answer` step honing's math environment, and the final
+  turn is played through it as honing's agent does. SmolLM2's chat template cannot render tool
+  calls, which trl refuses, so trl gets that template plus tool calls and tool results rendered
+  as honing renders them, and trl's own ChatML `<tool_call>` response parser (`qwen3_template`);
+  before training the script checks that the first prompt and a tool result are the same tokens
+  on both sides. Set to match: `num_generations` 4, 32 completions per optimiser step, from one
+  generation (`per_device_train_batch_size` 8 x `gradient_accumulation_steps` 4: one forward of
+  32 sequences over the 49k-token vocabulary takes ~12 GB; honing's learner micro-batches too),
+  `learning_rate` and `temperature` (sampling and scoring) the quickstart's, `lr_scheduler_type`
+  constant, `max_grad_norm` 1.0 (= default), `generation_kwargs` max_new_tokens 48 (a turn),
+  `max_tool_calling_iterations` 1 (2 turns), `max_completion_length` 2048 (all turns: honing's
+  max_total_tokens), `bf16` off (default on), `activation_checkpointing` off (default on; on 135M
+  parameters it only costs time), `shuffle_dataset` off (the order above), `use_cpu`, and the
+  model's `use_cache` on (honing's SFT saves it off; generation then recomputes every token).
+  trl's defaults stand: top_p 1, top_k 0, beta 0 (no KL), num_iterations 1, epsilon 0.2, loss
+  `dapo`, scale_rewards `group`, warmup 0, weight decay 0, Adam betas.
+  Left as they differ: trl's episode ends at a turn without a tool call (honing shows a
+  malformed turn its error and plays the second turn), trl answers a call to an unknown tool or
+  with unknown arguments in its own words (`{'error': ...}`), and trl samples a second turn
+  after an `answer` call (ignored by the reward, but trained on). Each step line splits the time
+  into generation + scoring and the rest; on a CPU trl 1.16 scores every position of every
+  sequence, prompt included, through its chunked fused LM head (its Triton path skips the prompt).
+
+The budget
+----------
+It starts with each side's first update (model loading, sandbox start-up and the warm start are
+not counted) and is checked between updates: the update in flight when it runs out is finished,
+none starts after. honing is stopped by its progress hook raising between updates (after the
+checkpoint); its latest checkpoint is exported with `honing.export.export_run`. trl is stopped by
+a `TrainerCallback`; its adapter is merged and saved with honing's writer.
+
+Evaluation
+----------
+The warm start and both results, each by `honing.eval.model.evaluate_engine` on the quickstart's
+held-out set (`--heldout N`: its first N tasks; the tasks any training set holds are left out, as
+`honing train` does) with the quickstart's agent, greedy. Per side: before, after, the paired 95%
+interval of the change, steps and episodes. Last line:
+`learning: same start, 8 min each; trl +X pts; honing +Y pts; held-out n=N`.
+
+Measured (2-core AMD EPYC, AVX2, float32, quiet; 22 min in all), the last lines:
+
+    trl: before 55/128 (43%), after 89/128 (70%): +27 pts (95% CI +18..+34, paired on 128
+      tasks); 3 steps, 96 episodes in 10.0 min
+    honing: before 55/128 (43%), after 86/128 (67%): +24 pts (95% CI +15..+33, paired on 128
+      tasks); 11 steps, 352 episodes in 8.1 min
+    learning: same start, 8 min each; trl +27 pts; honing +24 pts; held-out n=128
+
+honing runs ~4x the updates (45 s against ~200 s each) but does not turn them into a larger gain:
+the quickstart's constant lr 2e-3, chosen for 6 updates, carries it past its best (the quickstart
+measures +34 after 6 updates on this held-out set) and trl's three updates reach +27.
+
+Not measured: GPUs, vLLM, several seeds (run it again with `--seed`). The machine may be shared:
+the budget is wall-clock, so a busy machine gives both sides fewer updates.
+
+Usage: python benchmarks/learning_vs_trl.py [--budget-min 8] [--heldout N] [--out DIR]
+       [--threads N] [--seed 0] [--first trl|honing]
+Needs trl: pip install -e '.[bench]'. Smoke run: --budget-min 0.5 --heldout 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import os
+import threading
+import time
+import warnings
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+import yaml
+from rich.console import Console
+
+from honing.config import SandboxConfig, validate_model
+from honing.envs.base import Action, Environment, MalformedAction, StepResult, ToolCall
+from honing.envs.registry import make_env
+from honing.eval.metrics import Episode
+from honing.eval.model import evaluate_engine
+from honing.eval.stats import difference_interval
+from honing.observe.progress import RunProgress
+from honing.rollout.chat import ChatFormat, first_messages, observation_messages, parse_action
+from honing.rollout.engines.hf import HFEngine
+from honing.rollout.models import load_model, load_tokenizer
+from honing.sandbox import SandboxPool
+from honing.tasks.load import AnyTask, TaskSet
+from honing.trainer.loop import StepReport, TaskMixer, train
+from honing.trainer.precision import decide
+from honing.trainer.run_config import TrainConfig
+from honing.trainer.sft import tool_call_text
+from honing.trainer.sources import load_source, without_overlap
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+STEPS_CAP = 100_000  # both sides: more updates than any budget allows; the budget stops them
+TRL_ROWS = 1_000  # trl's dataset: the tasks of this many updates (then it starts over)
+ACCUMULATION = 4  # trl: micro-batches per optimiser step (memory; the gradient is the same)
+T = TypeVar("T")
+
+# SmolLM2's template (ChatML) plus what trl's tool API needs it to render: an assistant's tool
+# calls in the format honing's system prompt asks for, and tool results as honing renders them
+# for a template without a tool role: one user message (the environment's own text, already
+# prefixed `Tool result (NAME):`). The `tools` argument is not rendered: the prompt's system
+# message describes the tools in honing's words.
+TRL_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{%- if loop.first and message['role'] != 'system' -%}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}"
+    "{%- endif -%}"
+    "{%- if message['role'] == 'tool' -%}"
+    "{%- if loop.first or loop.previtem['role'] != 'tool' -%}{{ '<|im_start|>user\n' }}"
+    "{%- else -%}{{ '\n\n' }}{%- endif -%}"
+    "{{ message['content'] }}"
+    "{%- if loop.last or loop.nextitem['role'] != 'tool' -%}{{ '<|im_end|>\n' }}{%- endif -%}"
+    "{%- else -%}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + (message['content'] or '') }}"
+    "{%- for call in message.get('tool_calls') or [] -%}"
+    "{{ '<tool_call>' + (call['function'] | tojson) + '</tool_call>' }}"
+    "{%- endfor -%}"
+    "{{ '<|im_end|>\n' }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
+)
+ASSISTANT_HEADER = "<|im_start|>assistant\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    budget_min: float
+    heldout: int | None
+    out: Path
+    seed: int
+    first: str
+
+    @property
+    def budget_s(self) -> float:
+        return 60 * self.budget_min
+
+    def describe(self, config: TrainConfig) -> str:
+        lora = config.learner.lora
+        assert lora is not None
+        return (
+            f"budget {self.budget_min:g} min per side ({self.first} first), "
+            f"{torch.get_num_threads()} threads, seed {self.seed}; the quickstart's "
+            f"{config.groups_per_step} tasks x {config.n} samples per update, LoRA r {lora.r} on "
+            f"the top {lora.top_layers} layers, lr {config.learner.lr:g}, temperature "
+            f"{config.agent.temperature:g}, {config.learner.dtype}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SideResult:
+    """What one side's training did in the budget, and the model it left."""
+
+    name: str
+    model_dir: Path
+    steps: int
+    episodes: int
+    seconds: float  # from the first update's start to the last one's end
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """One model on the held-out set: task id -> solved, for the judged episodes."""
+
+    outcomes: dict[str, bool]
+    infra_failed: int
+
+    @property
+    def passed(self) -> int:
+        return sum(self.outcomes.values())
+
+    @property
+    def total(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def success(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+    def __str__(self) -> str:
+        infra = f", {self.infra_failed} infra failures" if self.infra_failed else ""
+        return f"{self.passed}/{self.total} ({100 * self.success:.0f}%{infra})"
+
+
+def points(before: Score, after: Score) -> int:
+    """Held-out success after minus before, in whole percentage points."""
+    return round(100 * (after.success - before.success))
+
+
+def change(before: Score, after: Score) -> str:
+    """`+9 pts (95% CI -2..+20, paired on 128 tasks)`: the episodes judged in both pair."""
+    common = sorted(before.outcomes.keys() & after.outcomes.keys())
+    ci = difference_interval(
+        [before.outcomes[t] for t in common], [after.outcomes[t] for t in common]
+    )
+    return (
+        f"{points(before, after):+d} pts (95% CI {100 * ci.low:+.0f}..{100 * ci.high:+.0f}, "
+        f"paired on {len(common)} tasks)"
+    )
+
+
+def last_line(budget_min: float, trl: int, honing: int, n: int) -> str:
+    return (
+        f"learning: same start, {budget_min:g} min each; trl {trl:+d} pts; honing {honing:+d} pts; "
+        f"held-out n={n}"
+    )
+
+
+def final_turn(ids: Sequence[int], header: Sequence[int], stop_ids: Sequence[int]) -> list[int]:
+    """The tokens of a completion's last assistant turn: after the last assistant header (the
+    whole completion when it has none), without its end-of-turn token, as honing's agent keeps
+    an assistant message's content."""
+    start, width = 0, len(header)
+    for i in range(len(ids) - width, -1, -1):
+        if list(ids[i : i + width]) == list(header):
+            start = i + width
+            break
+    body = list(ids[start:])
+    return body[:-1] if body and body[-1] in stop_ids else body
+
+
+def show(side: str, step: int, elapsed: float, episodes: int, success: float, split: str) -> None:
+    print(
+        f"{side} step {step}: {elapsed:.0f} s into the budget ({split}), {episodes} episodes, "
+        f"training success {100 * success:.0f}%",
+        flush=True,
+    )
+
+
+# ---- the start --------------------------------------------------------------------------------
+
+
+def quickstart(seed: int) -> TrainConfig:
+    """The quickstart's config at `seed`, with the concrete dtypes `honing train` would use."""
+    data = yaml.safe_load(QUICKSTART.read_text())
+    data["seed"] = seed
+    config = validate_model(TrainConfig, data, source=str(QUICKSTART))
+    return decide(config).apply(config)
+
+
+def heldout_tasks(config: TrainConfig, limit: int | None) -> TaskSet:
+    """The quickstart's held-out set as `honing train` evaluates it (tasks seen in training or
+    in the warm start left out), its first `limit` tasks."""
+    seen = [load_source(n, s) for n, s in config.train.items()]
+    if config.warm_start is not None and config.warm_start.traces is not None:
+        seen.append(load_source("warm_start", config.warm_start.traces))
+    [(name, source)] = config.heldout.items()
+    taskset = without_overlap(load_source(name, source), seen)
+    tasks = taskset.tasks[:limit] if limit is not None else taskset.tasks
+    return TaskSet(taskset.name, tasks, taskset.quarantined, taskset.total, taskset.origins)
+
+
+def task_order(config: TrainConfig, steps: int) -> list[AnyTask]:
+    """The tasks of `honing train`'s first `steps` updates, in order (its mixer, its seed)."""
+    sources = {name: load_source(name, source) for name, source in config.train.items()}
+    weights = {name: source.weight for name, source in config.train.items()}
+    mixer = TaskMixer(sources, weights, config.seed)
+    cursors: dict[str, tuple[int, int]] = {}
+    return [
+        task
+        for step in range(steps)
+        for _, task in mixer.draw(step, list(sources), config.groups_per_step, cursors)
+    ]
+
+
+def warm_start_model(config: TrainConfig, out: Path) -> Path:
+    from honing.trainer.warm import warm_start
+
+    started = time.monotonic()
+    model_dir = asyncio.run(warm_start(config, out))
+    print(f"start: the warm start {model_dir} ({time.monotonic() - started:.0f} s)", flush=True)
+    return model_dir
+
+
+# ---- trl --------------------------------------------------------------------------------------
+
+
+class Sandbox:
+    """honing's sandbox pool on an event loop of its own thread: trl calls its tools and rewards
+    synchronously, honing's environments are async."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.pool = SandboxPool(config)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def __enter__(self) -> Sandbox:
+        self.thread.start()
+        self.run(self.pool.start())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.run(self.pool.close())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join()
+            self.loop.close()
+
+
+class MathEpisode:
+    """One episode of honing's math environment, as trl's `environment_factory` wants it: the
+    public methods are the tools (their docstrings become trl's schemas, never shown: the prompt
+    describes honing's), each returns what honing's agent would show the model next."""
+
+    def __init__(self, sandbox: Sandbox, tasks: dict[str, AnyTask], config: TrainConfig) -> None:
+        self._sandbox = sandbox
+        self._tasks = tasks
+        self._env_config = config.env.model_copy(update={"max_steps": config.agent.max_turns})
+        self._restate = config.agent.restate
+        self._env: Environment | None = None
+        self.outcome = 0.0
+
+    def reset(self, **row: Any) -> str | None:
+        """A new episode of the dataset row's task (the prompt already shows it)."""
+        self._env = make_env("math", self._sandbox.pool, self._env_config)
+        self._sandbox.run(self._env.reset(self._tasks[row["task_id"]]))
+        self.outcome = 0.0
+        return None
+
+    def calculator(self, expression: str) -> str:
+        """Evaluate an arithmetic expression exactly, e.g. 123*45 or sqrt(2)/3.
+
+        Args:
+            expression: The arithmetic expression.
+        """
+        return self._call("calculator", {"expression": expression})
+
+    def answer(self, value: str) -> str:
+        """Submit the final answer; ends the episode.
+
+        Args:
+            value: The final answer.
+        """
+        return self._call("answer", {"value": value})
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        assert self._env is not None
+        if self._env.done:  # a second call in a turn after `answer`
+            return "the episode is over"
+        action = Action(tool_calls=[ToolCall(id=f"call_{name}", name=name, arguments=arguments)])
+        result = self._record(self._sandbox.run(self._env.step(action)))
+        [message] = observation_messages(result.observation, tool_role=False, restate=self._restate)
+        return str(message["content"])
+
+    async def _finish(self, text: str) -> None:
+        """The last turn, which trl does not execute, played as honing's agent plays a turn
+        (private: trl would take a public method for a tool)."""
+        assert self._env is not None
+        if self._env.done:
+            return
+        try:
+            action = parse_action(text, call_prefix="call_last")
+        except MalformedAction as exc:
+            self._record(await self._env.reject(str(exc)))
+        else:
+            self._record(await self._env.step(action))
+
+    def _record(self, result: StepResult) -> StepResult:
+        if result.info.infrastructure:  # never a reward of 0: the comparison would be wrong
+            raise RuntimeError(f"trl episode: the environment failed: {result.info.detail}")
+        self.outcome = max(self.outcome, result.components.get("outcome", 0.0))
+        return result
+
+
+def trl_tokenizer(start: Path) -> Any:
+    from trl.chat_template_utils import qwen3_template
+
+    tokenizer = load_tokenizer(start)
+    tokenizer.chat_template = TRL_CHAT_TEMPLATE
+    tokenizer.response_template = qwen3_template  # ChatML + <tool_call>{json}</tool_call>
+    return tokenizer
+
+
+def check_same_tokens(
+    trainer: Any, fmt: ChatFormat, sandbox: Sandbox, task: AnyTask, row: dict[str, Any],
+    config: TrainConfig,
+) -> None:  # fmt: skip
+    """The first prompt and a calculator result are the same tokens for trl as for honing's
+    agent (`honing.rollout.chat.Transcript`)."""
+    env = make_env("math", sandbox.pool, config.env)
+    transcript = fmt.start(sandbox.run(env.reset(task)), config.agent.system_prompt)
+    trl_prompt = trainer.processing_class.apply_chat_template(
+        row["prompt"], tools=trainer.tools, add_generation_prompt=True, tokenize=True,
+        return_dict=True,
+    )["input_ids"]  # fmt: skip
+    episode = MathEpisode(sandbox, {task.id: task}, config)
+    episode.reset(task_id=task.id)
+    content = episode.calculator("12*34")
+    call = tool_call_text([("calculator", {"expression": "12*34"})])
+    transcript.add_assistant([*fmt.encode(call), trainer.processing_class.eos_token_id])
+    delta = transcript.add_observation([{"role": "user", "content": content}])
+    trl_delta = trainer._get_tool_suffix_ids(
+        [{"role": "tool", "name": "calculator", "content": content}]
+    )
+    for what, ours, theirs in (
+        ("first prompt", transcript.prompt_ids, list(trl_prompt)),
+        ("calculator result", delta.token_ids, list(trl_delta)),
+    ):
+        if ours != theirs:
+            raise RuntimeError(
+                f"trl and honing render the {what} differently:\nhoning {fmt.decode(ours)!r}\n"
+                f"trl    {fmt.decode(theirs)!r}"
+            )
+
+
+def run_trl(settings: Settings, config: TrainConfig, start: Path, out: Path) -> SideResult:
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import PrinterCallback, TrainerCallback
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    from honing.export.model import generation_config, write_model
+
+    order = task_order(config, TRL_ROWS)
+    tasks = {t.id: t for t in order}
+    fmt = ChatFormat.of(load_tokenizer(start))
+    lora = config.learner.lora
+    assert lora is not None and lora.top_layers is not None
+    group, per_step = config.n, config.groups_per_step * config.n
+    outcomes: list[list[float]] = []
+    generate_s: list[float] = []
+
+    with Sandbox(config.sandbox) as sandbox:
+        prompts = {}
+        for task in tasks.values():
+            env = make_env("math", sandbox.pool, config.env)
+            observation = sandbox.run(env.reset(task))
+            prompts[task.id] = first_messages(
+                observation, config.agent.system_prompt,
+                describe_tools=not fmt.traits.native_tools, system_role=fmt.traits.system_role,
+            )  # fmt: skip
+        rows = [{"prompt": prompts[t.id], "task_id": t.id} for t in order]
+
+        def outcome_reward(
+            completions: list[list[dict[str, Any]]],
+            completion_ids: list[list[int]],
+            environments: list[MathEpisode],
+            **_: Any,
+        ) -> list[float | None]:
+            """The judge's verdict (1 or 0), after the last turn is played in the environment."""
+            header = fmt.encode(ASSISTANT_HEADER)
+            stops = sorted(fmt.traits.stop_ids)
+            finals = [
+                env._finish(fmt.decode(final_turn(ids, header, stops)))
+                for messages, ids, env in zip(
+                    completions, completion_ids, environments, strict=True
+                )
+                if messages[-1]["role"] == "assistant"
+            ]
+
+            async def finish_all() -> None:
+                await asyncio.gather(*finals)
+
+            sandbox.run(finish_all())
+            outcomes.append([env.outcome for env in environments])
+            return list(outcomes[-1])
+
+        class Budget(TrainerCallback):
+            """Starts the clock at the first update; stops training once the budget is spent."""
+
+            def __init__(self) -> None:
+                self.started: float | None = None
+                self.begun = self.ended = 0.0
+                self.steps = 0
+
+            def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                self.begun = time.monotonic()
+                if self.started is None:
+                    self.started = self.begun
+
+            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                assert self.started is not None
+                self.ended = time.monotonic()
+                self.steps += 1
+                if len(outcomes) != self.steps or len(generate_s) != self.steps:
+                    raise RuntimeError(
+                        f"trl step {self.steps}: {len(generate_s)} generations and "
+                        f"{len(outcomes)} reward calls so far; expected one of each per step"
+                    )
+                batch = outcomes[-1]
+                elapsed = self.ended - self.started
+                split = (
+                    f"generate+score {generate_s[-1]:.0f} s, "
+                    f"update {self.ended - self.begun - generate_s[-1]:.0f} s"
+                )
+                show("trl", self.steps, elapsed, len(batch), sum(batch) / len(batch), split)
+                if elapsed >= settings.budget_s:
+                    control.should_training_stop = True
+
+        args = GRPOConfig(
+            output_dir=str(out / "trainer"),
+            max_steps=STEPS_CAP,
+            per_device_train_batch_size=per_step // ACCUMULATION,
+            gradient_accumulation_steps=ACCUMULATION,
+            num_generations=group,
+            max_completion_length=config.agent.max_total_tokens,
+            generation_kwargs={"max_new_tokens": config.agent.max_new_tokens},
+            max_tool_calling_iterations=config.agent.max_turns - 1,
+            temperature=config.agent.temperature,
+            top_p=config.agent.top_p,
+            learning_rate=config.learner.lr,
+            lr_scheduler_type="constant",
+            max_grad_norm=config.learner.max_grad_norm,
+            bf16=False,
+            activation_checkpointing=False,
+            use_cpu=True,
+            seed=settings.seed,
+            shuffle_dataset=False,
+            report_to="none",
+            logging_strategy="no",
+            save_strategy="no",
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
+        model = load_model(start, "float32")
+        # honing's SFT saves the model with use_cache off (its learner's setting); transformers'
+        # generate then recomputes the whole sequence for every token: minutes per trl step.
+        model.config.use_cache = True
+        layers = int(model.config.num_hidden_layers)
+        peft_config = LoraConfig(
+            r=lora.r,
+            lora_alpha=int(lora.alpha),
+            lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules),
+            layers_to_transform=list(range(layers - lora.top_layers, layers)),
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+        budget = Budget()
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=outcome_reward,
+            args=args,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=trl_tokenizer(start),
+            callbacks=[budget],
+            peft_config=peft_config,
+            environment_factory=lambda: MathEpisode(sandbox, tasks, config),
+        )
+        trainer.remove_callback(PrinterCallback)  # its end-of-training dict; ours show each step
+        generate_and_score = trainer._generate_and_score_completions
+
+        def timed(batch: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return generate_and_score(batch)
+            finally:
+                generate_s.append(time.monotonic() - started)
+
+        trainer._generate_and_score_completions = timed  # type: ignore[method-assign,assignment]
+        check_same_tokens(trainer, fmt, sandbox, order[0], rows[0], config)
+        print("trl: the prompt and tool results are honing's tokens; training", flush=True)
+        trainer.train()
+    if budget.started is None:
+        raise RuntimeError("trl took no step")
+    model = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+    trainer.accelerator.free_memory()  # its references to the model and optimiser
+    tokenizer = load_tokenizer(start)  # the warm start's own tokenizer and chat template
+    write_model(model, tokenizer, generation_config(start, tokenizer), out / "model", "fp32")
+    return SideResult(
+        "trl", out / "model", budget.steps, budget.steps * per_step, budget.ended - budget.started
+    )
+
+
+# ---- honing -----------------------------------------------------------------------------------
+
+
+class BudgetSpent(Exception):
+    """Raised between two updates of `honing train` once the budget is spent."""
+
+
+class BudgetClock(RunProgress):
+    """`honing train`'s progress display, quiet, used as its clock: the loop announces each
+    update's rollout here, after the previous update's checkpoint; the first starts the clock,
+    a later one past the budget stops the run."""
+
+    def __init__(self, budget_s: float) -> None:
+        super().__init__(Console(stderr=True), quiet=True)
+        self.budget_s = budget_s
+        self.started: float | None = None
+        self.stopped = 0.0
+
+    def activity(self, text: str) -> None:
+        super().activity(text)
+        if text != "rollout":
+            return
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        elif now - self.started >= self.budget_s:
+            self.stopped = now
+            raise BudgetSpent
+
+
+def run_honing(settings: Settings, config: TrainConfig, start: Path, out: Path) -> SideResult:
+    from honing.export import export_run
+
+    data = config.model_dump(mode="json", exclude={"warm_start"})
+    data.update(
+        model=str(start),
+        out=str(out / "run"),
+        steps=STEPS_CAP,
+        heldout={},  # evaluated afterwards, by the same code as trl's result
+        checkpoint={"every": 1, "keep": 1},
+    )
+    run_config = validate_model(TrainConfig, data, source="learning_vs_trl")
+    clock = BudgetClock(settings.budget_s)
+    reports: list[StepReport] = []
+
+    def on_step(report: StepReport) -> None:
+        reports.append(report)
+        assert clock.started is not None
+        elapsed = time.monotonic() - clock.started
+        split = (
+            f"rollout {report.rollout_s:.0f} s, update+sync {report.update_s + report.sync_s:.0f} s"
+        )
+        show("honing", report.step, elapsed, report.episodes, report.success_rate, split)
+
+    try:
+        asyncio.run(train(run_config, progress=clock, on_step=on_step))
+    except BudgetSpent:
+        pass
+    else:
+        raise RuntimeError(f"honing train ran all {STEPS_CAP} steps: the budget never stopped it")
+    exported = export_run(out / "run", out / "model", merge_lora=True, dtype="fp32")
+    if exported.step != len(reports):
+        raise RuntimeError(f"exported step {exported.step}, but {len(reports)} updates ran")
+    assert clock.started is not None
+    return SideResult(
+        "honing",
+        out / "model",
+        len(reports),
+        sum(r.episodes for r in reports),
+        clock.stopped - clock.started,
+    )
+
+
+# ---- evaluation -------------------------------------------------------------------------------
+
+
+async def evaluate(
+    config: TrainConfig, heldout: TaskSet, models: dict[str, Path]
+) -> dict[str, Score]:
+    """Each model on the held-out set, as `honing train` evaluates (greedy, the run's agent)."""
+    agent = config.agent_config(config.eval.temperature, config.seed)
+    env_config = config.env.model_copy(update={"max_steps": config.agent.max_turns})
+    scores = {}
+    async with SandboxPool(config.sandbox) as pool:
+        for name, path in models.items():
+            episodes: list[Episode] = []
+            engine = HFEngine(
+                path, dtype=config.engine.dtype, max_batch=config.engine.slots, seed=config.seed
+            )
+            try:
+                await evaluate_engine(
+                    heldout, engine, pool, name=name, k=1, config=env_config, agent=agent,
+                    concurrency=config.engine.slots, on_episode=episodes.append,
+                )  # fmt: skip
+            finally:
+                await engine.close()
+            judged = {e.task_id: e.success for e in episodes if not e.infra_failed}
+            scores[name] = Score(judged, len(episodes) - len(judged))
+            print(f"eval {name}: {scores[name]}", flush=True)
+    return scores
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+
+def parse(argv: Sequence[str] | None = None) -> Settings:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--budget-min", type=float, default=8.0, help="minutes per side")
+    parser.add_argument("--heldout", type=int, default=None, help="held-out tasks (default: all)")
+    parser.add_argument("--out", type=Path, default=Path("runs/learning-vs-trl"))
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: the cores)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--first", choices=["trl", "honing"], default="trl")
+    args = parser.parse_args(argv)
+    if args.budget_min <= 0 or (args.heldout is not None and args.heldout < 1):
+        parser.error("--budget-min must be positive and --heldout at least 1")
+    torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
+    return Settings(args.budget_min, args.heldout, args.out, args.seed, args.first)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    settings = parse(argv)
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory: said above
+    config = quickstart(settings.seed)
+    print(settings.describe(config), flush=True)
+    start = warm_start_model(config, settings.out / f"start-seed{settings.seed}")
+    heldout = heldout_tasks(config, settings.heldout)
+    run_dir = settings.out / datetime.now().strftime("%Y%m%d-%H%M%S")
+    sides = {"trl": run_trl, "honing": run_honing}
+    order = [settings.first, *(s for s in sides if s != settings.first)]
+    results: dict[str, SideResult] = {}
+    for name in order:
+        results[name] = sides[name](settings, config, start, run_dir / name)
+        gc.collect()
+    scores = asyncio.run(
+        evaluate(config, heldout, {"before": start, **{n: r.model_dir for n, r in results.items()}})
+    )
+    before = scores["before"]
+    for name in ("trl", "honing"):
+        r, after = results[name], scores[name]
+        print(
+            f"{name}: before {before}, after {after}: {change(before, after)}; {r.steps} steps, "
+            f"{r.episodes} episodes in {r.seconds / 60:.1f} min",
+            flush=True,
+        )
+    print(f"honing - trl after: {change(scores['trl'], scores['honing'])}", flush=True)
+    print(
+        last_line(
+            settings.budget_min,
+            points(before, scores["trl"]),
+            points(before, scores["honing"]),
+            before.total,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
