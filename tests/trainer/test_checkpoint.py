@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from learner_helpers import PROMPTS, trajectory
 from pydantic import BaseModel
 
 from honing.errors import CheckpointError
-from honing.store.records import Group, Trajectory
+from honing.store.records import Group
 from honing.trainer import (
     AdvantageEstimator,
     Learner,
@@ -36,21 +37,6 @@ from honing.trainer.checkpoint import (
 )
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
-PROMPTS = [[1, 504, 3032, 28], [1, 2016, 314], [1, 77, 88, 99, 100, 4000]]
-
-
-def trajectory(prompt: list[int], ids: list[int], outcome: float) -> Trajectory:
-    return Trajectory(
-        task_id="t",
-        domain="math",
-        token_ids=prompt + ids,
-        loss_mask=[0] * len(prompt) + [1] * len(ids),
-        logprobs=[0.0] * (len(prompt) + len(ids)),
-        versions=[-1] * len(prompt) + [0] * len(ids),
-        prompt_len=len(prompt),
-        components={"outcome": outcome},
-        reward=outcome,
-    )
 
 
 def make_batches(model_dir: Path, updates: int) -> list[list[Group]]:

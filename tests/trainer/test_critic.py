@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from learner_helpers import PROMPTS, trajectory
 
 from honing.config import validate_model
 from honing.errors import ConfigError
@@ -16,22 +17,6 @@ from honing.observe.metrics import Timings, update_metrics
 from honing.store.records import Group, Trajectory, Turn
 from honing.trainer import Learner, LearnerConfig, LoraSettings
 from honing.trainer.run_config import TrainConfig
-
-PROMPTS = [[1, 504, 3032, 28], [1, 2016, 314], [1, 77, 88, 99, 100, 4000]]
-
-
-def trajectory(prompt: list[int], ids: list[int], outcome: float) -> Trajectory:
-    return Trajectory(
-        task_id="t",
-        domain="math",
-        token_ids=prompt + ids,
-        loss_mask=[0] * len(prompt) + [1] * len(ids),
-        logprobs=[0.0] * (len(prompt) + len(ids)),
-        versions=[-1] * len(prompt) + [0] * len(ids),
-        prompt_len=len(prompt),
-        components={"outcome": outcome},
-        reward=outcome,
-    )
 
 
 def on_policy_groups(learner: Learner, outcomes: list[float], size: int = 2) -> list[Group]:

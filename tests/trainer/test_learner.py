@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from learner_helpers import PROMPTS, trajectory
 
 from honing.precision import auto_dtype
 from honing.rl import Aggregation
@@ -24,24 +25,6 @@ from honing.trainer import (
 
 pytestmark = pytest.mark.dtype  # run again under each forced auto dtype (make test)
 
-PROMPTS = [[1, 504, 3032, 28], [1, 2016, 314], [1, 77, 88, 99, 100, 4000]]
-
-
-def to_trajectory(
-    prompt: list[int], ids: list[int], logprobs: list[float], versions: list[int], outcome: float
-) -> Trajectory:
-    return Trajectory(
-        task_id="t",
-        domain="math",
-        token_ids=prompt + ids,
-        loss_mask=[0] * len(prompt) + [1] * len(ids),
-        logprobs=[0.0] * len(prompt) + logprobs,
-        versions=[-1] * len(prompt) + versions,
-        prompt_len=len(prompt),
-        components={"outcome": outcome},
-        reward=outcome,
-    )
-
 
 async def sample(
     engine: HFEngine, temperature: float, n: int = 4, tokens: int = 12
@@ -51,7 +34,7 @@ async def sample(
         prompts, SamplingParams(temperature=temperature, max_new_tokens=tokens, seed=3)
     )
     return [
-        to_trajectory(p.token_ids or [], g.token_ids, g.logprobs, g.versions, float(i % 2))
+        trajectory(p.token_ids or [], g.token_ids, float(i % 2), g.logprobs, g.versions)
         for i, (p, g) in enumerate(zip(prompts, gens, strict=True))
     ]
 
@@ -81,7 +64,7 @@ def make_trajs(outcomes: list[float]) -> list[Trajectory]:
     for i, r in enumerate(outcomes):
         n = 5 + 3 * i
         ids = torch.randint(10, 4000, (n,), generator=gen).tolist()
-        out.append(to_trajectory(PROMPTS[i % 3], ids, [-3.0] * n, [0] * n, r))
+        out.append(trajectory(PROMPTS[i % 3], ids, r, [-3.0] * n, [0] * n))
     return out
 
 
