@@ -2,8 +2,10 @@
 
 Tools: `write_file(path, content)`, `read_file(path)`, `run_tests()`, `run_python(code)` and
 `rollback()`, which returns the workspace to its best state so far (most tests passed). The
-solution lives in `solution.py`, seeded with the task's prompt. A reply with no tool call but a
-```python block is taken as "write this to solution.py and run the tests".
+solution lives in `solution.py`, seeded with the task's prompt, or, for a repair task (its `files`
+hold solution.py), with the code to fix; the task's files are written at reset. A reply with no
+tool call but a ```python block is taken as "write this to solution.py and run the tests". A
+failed test shows its statement and error, and for `assert X == Y` what X was (`got ...`).
 
 Reward components (unweighted; `EnvConfig.reward_weights` decides what counts):
     outcome        1 when every test passes, on the step that runs them, else 0
@@ -41,9 +43,9 @@ from honing.envs.base import (
 from honing.errors import HoningError
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool, Workspace
 from honing.tasks.load import AnyTask
-from honing.tasks.schema import CodeTask
+from honing.tasks.schema import CODE_SOLUTION, CodeTask
 
-SOLUTION = "solution.py"
+SOLUTION = CODE_SOLUTION
 CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
 RUN_TIMEOUT_S = 10.0
 
@@ -60,10 +62,22 @@ TOOLS = [
 
 HARNESS = """\
 def _main():
-    import json, os, sys, traceback
+    import ast, json, os, sys, traceback
     nonce = sys.stdin.readline().strip()  # read, then gone, before the solution runs
     os.close(0)
     write, dumps, describe = os.write, json.dumps, traceback.format_exception_only
+
+    def got(src, g):  # what the left side of a failed `assert X == Y` was
+        try:
+            node = ast.parse(src).body[-1]
+            test = node.test
+            if isinstance(test, ast.Compare) and [type(o) for o in test.ops] == [ast.Eq]:
+                value = eval(compile(ast.Expression(test.left), "tests.py", "eval"), g)
+                return " (got " + repr(value)[:100] + ")"
+        except BaseException:
+            pass
+        return ""
+
     g = {"__name__": "solution"}
     compiled, errors, passed = True, [], 0
     try:
@@ -80,7 +94,8 @@ def _main():
                 passed += 1
             except BaseException as e:
                 first = src.strip().splitlines()[-1][:120]
-                errors.append(first + " -> " + "".join(describe(type(e), e)).strip())
+                error = first + " -> " + "".join(describe(type(e), e)).strip()
+                errors.append(error + (got(src, g) if isinstance(e, AssertionError) else ""))
     verdict = {"compiled": compiled, "passed": passed, "total": len(tests), "errors": errors[:5]}
     write(1, ("\\n" + nonce + " " + dumps(verdict) + "\\n").encode())
 _main()
@@ -129,22 +144,33 @@ class CodeEnv(Environment):
         assert isinstance(task, CodeTask)
         await self.close()  # the last episode's workspace
         self.workspace = self.pool.workspace()
-        self.workspace.write(SOLUTION, task.prompt)
+        if not task.repair:
+            self.workspace.write(SOLUTION, task.prompt)
+        for path, content in task.files.items():
+            self.workspace.write(path, content)
         self.best = (-1.0, self.workspace.snapshot())
         assert self.state is not None
         self.state.constraints = [
             f"Define `{task.entry_point}` in {SOLUTION}.",
             "Only the workspace is writable; there is no network.",
         ]
-        self.state.next_steps = [f"write_file {SOLUTION} with your implementation", "run_tests"]
+        self.state.next_steps = (
+            [f"read_file {SOLUTION} and run_tests to see what fails", f"fix {SOLUTION}"]
+            if task.repair
+            else [f"write_file {SOLUTION} with your implementation", "run_tests"]
+        )
 
     def reference_actions(self, task: AnyTask) -> list[Action]:
         assert isinstance(task, CodeTask)
         if task.reference is None:
             raise HoningError(f"task {task.id} has no reference")
+        test = ToolCall(id="ref-test", name="run_tests", arguments={})
+        if task.repair:  # look, then write the fix as a ```python block (written, then tested)
+            read = ToolCall(id="ref-read", name="read_file", arguments={"path": SOLUTION})
+            fixed = task.reference if task.reference.endswith("\n") else task.reference + "\n"
+            return [Action(tool_calls=[read, test]), Action(content=f"```python\n{fixed}```")]
         write = ToolCall(id="ref-write", name="write_file",
                          arguments={"path": SOLUTION, "content": task.reference})  # fmt: skip
-        test = ToolCall(id="ref-test", name="run_tests", arguments={})
         return [Action(tool_calls=[write, test])]
 
     async def _save(self) -> str:

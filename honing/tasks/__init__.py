@@ -20,6 +20,7 @@ from honing.tasks.schema import (
     ToolsTask,
 )
 from honing.tasks.synthetic import generate_code_tasks, generate_math_tasks, generate_tools_tasks
+from honing.tasks.synthetic_repair import generate_code_repair_tasks
 from honing.tasks.synthetic_sql import generate_sql_tasks
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "ToolsTask",
     "Verification",
     "apply_quality_filter",
+    "generate_code_repair_tasks",
     "generate_code_tasks",
     "generate_math_tasks",
     "generate_sql_tasks",

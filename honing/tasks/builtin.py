@@ -4,9 +4,9 @@
                 prompt plus the canonical solution, the tests are its `check` function
     champ       the answer-checkable problems of `champ-dataset` (CHAMP v0), as math tasks
     bfcl        the single-turn Python function-calling questions of `bfcl-eval`, as tools tasks
-    synthetic-code, synthetic-math, synthetic-tools, synthetic-sql
+    synthetic-code, synthetic-code-repair, synthetic-math, synthetic-tools, synthetic-sql
                 64 seeded synthetic tasks each (seed 0; `honing.tasks.synthetic`,
-                `honing.tasks.synthetic_sql`)
+                `honing.tasks.synthetic_repair`, `honing.tasks.synthetic_sql`)
     examples-code, examples-math, examples-tools
                 hand-written examples bundled with honing (`honing/tasks/data/*_examples.jsonl`)
 
@@ -30,6 +30,7 @@ from honing.tasks.synthetic import (
     generate_math_tasks,
     generate_tools_tasks,
 )
+from honing.tasks.synthetic_repair import generate_code_repair_tasks
 from honing.tasks.synthetic_sql import generate_sql_tasks
 from honing.tasks.toolcalls import reference_calls
 
@@ -168,6 +169,9 @@ BUILTIN: dict[str, Callable[[], TaskSet]] = {
     "bfcl": bfcl,
     "synthetic-code": lambda: as_taskset(
         "synthetic-code", generate_code_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
+    ),
+    "synthetic-code-repair": lambda: as_taskset(
+        "synthetic-code-repair", generate_code_repair_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
     ),
     "synthetic-math": lambda: as_taskset(
         "synthetic-math", generate_math_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)

@@ -1,7 +1,9 @@
 """The quality filter's last step: every task's reference must pass its own verifier.
 
     code   the reference, then the tests, then `check(entry_point)` when the tests define
-           `check`, run as one program in the sandbox; it must exit cleanly
+           `check`, run as one program in the sandbox beside the task's `files`; it must exit
+           cleanly. A repair task's starting solution.py is run the same way and must fail
+           (else there is nothing to fix)
     math   the reference's final answer must equal `answer` symbolically or numerically
            (math-verify, run in the sandbox: see `honing.tasks.mathcheck`); a reference that is only
            a worked solution is judged by its last answer
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
 from honing.tasks.load import AnyTask, Quarantined, TaskSet
 from honing.tasks.mathcheck import math_equal_many
-from honing.tasks.schema import CodeTask, MathTask, SqlTask, ToolsTask
+from honing.tasks.schema import CODE_SOLUTION, CodeTask, MathTask, SqlTask, ToolsTask
 from honing.tasks.sqlcheck import check_references
 from honing.tasks.toolcalls import judge_reference
 
@@ -47,6 +49,12 @@ def code_program(task: CodeTask, solution: str) -> str:
     if "def check(" in task.tests:
         program += f"\ncheck({task.entry_point})\n"
     return program
+
+
+def _code_run(task: CodeTask, solution: str) -> ExecRequest:
+    return ExecRequest(
+        code=code_program(task, solution), files=dict(task.files), timeout_s=CODE_TIMEOUT_S
+    )
 
 
 def tools_reference_mismatch(task: ToolsTask) -> str | None:
@@ -78,10 +86,15 @@ async def verify_references(
                            task.model_dump(mode="json"))  # fmt: skip
 
     code = [t for t in tasks if isinstance(t, CodeTask) and t.reference is not None]
+    starters = [t for t in tasks if isinstance(t, CodeTask) and t.repair]
     results = await pool.run_many(
-        ExecRequest(code=code_program(t, t.reference or ""), timeout_s=CODE_TIMEOUT_S) for t in code
+        [
+            *(_code_run(t, t.reference or "") for t in code),
+            *(_code_run(t, t.files[CODE_SOLUTION]) for t in starters),
+        ]
     )
-    by_id: dict[str, ExecResult] = {t.id: r for t, r in zip(code, results, strict=True)}
+    by_id: dict[str, ExecResult] = {t.id: r for t, r in zip(code, results, strict=False)}
+    starter_by_id = dict(zip([t.id for t in starters], results[len(code) :], strict=True))
     maths = [t for t in tasks if isinstance(t, MathTask) and t.reference is not None]
     found = await math_equal_many(pool, [(t.answer, t.reference or "") for t in maths])
     math_verdicts = None if found is None else {t.id: v for t, v in zip(maths, found, strict=True)}
@@ -89,16 +102,22 @@ async def verify_references(
         pool, [t for t in tasks if isinstance(t, SqlTask) and t.reference is not None]
     )
     for task in tasks:
+        starter = starter_by_id.get(task.id)
+        if starter is not None and starter.status is ExecStatus.OK:
+            passes = f"the starting {CODE_SOLUTION} already passes its tests: nothing to fix"
+            out.failed.append(failed(task, passes))
+            continue
         if task.reference is None:
             out.without_reference.append(task)
             out.passed.append(task)
             continue
         if isinstance(task, CodeTask):
             result = by_id[task.id]
-            if result.status is ExecStatus.OK:
+            broken = [r for r in (result, starter) if r and r.status is ExecStatus.SANDBOX_ERROR]
+            if broken:
+                out.unverified.append((task, f"sandbox error: {broken[0].error}"))
+            elif result.status is ExecStatus.OK:
                 out.passed.append(task)
-            elif result.status is ExecStatus.SANDBOX_ERROR:
-                out.unverified.append((task, f"sandbox error: {result.error}"))
             else:
                 out.failed.append(failed(task, _describe(result)))
         elif isinstance(task, ToolsTask):

@@ -2,7 +2,8 @@
 
     code   write or fix a Python function: `entry_point`, `tests` (Python source that raises when a
            solution is wrong; when it defines `check(candidate)`, as HumanEval does, the verifier
-           calls it with the entry point)
+           calls it with the entry point), optional `files` the workspace starts with (a task
+           that ships `solution.py` asks to fix it: that file must fail the tests)
     math   a final-answer problem: `answer`, compared symbolically and numerically, not as text
     tools  call the right functions with the right arguments: `functions` (their schemas) and
            `expected_calls` (BFCL's form; see `honing.tasks.toolcalls`); or, with `answer` set,
@@ -22,6 +23,7 @@ the calls) and free
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -51,10 +53,35 @@ class TaskBase(BaseModel):
         return value
 
 
+CODE_SOLUTION = "solution.py"  # where a code task's solution lives in the workspace
+
+
 class CodeTask(TaskBase):
     domain: Literal["code"] = "code"
     entry_point: str = Field(min_length=1, description="The function the solution must define.")
     tests: str = Field(min_length=1, description="Python that raises when the solution is wrong.")
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Workspace files at the start of an episode: relative path → text. A "
+        "`solution.py` among them is the code to fix (else solution.py starts as the prompt).",
+    )
+
+    @field_validator("files")
+    @classmethod
+    def _files_stay_in_the_workspace(cls, value: dict[str, str]) -> dict[str, str]:
+        for path in value:
+            parts = PurePosixPath(path).parts
+            if not path.strip() or path.startswith("/") or "\\" in path or ".." in parts:
+                raise ValueError(
+                    f"file path {path!r} must be relative to the workspace (no leading '/', "
+                    "no '..', no backslash)"
+                )
+        return value
+
+    @property
+    def repair(self) -> bool:
+        """The task ships the solution to fix (`files` holds solution.py)."""
+        return CODE_SOLUTION in self.files
 
 
 class MathTask(TaskBase):

@@ -21,11 +21,12 @@ log = logging.getLogger(__name__)
 def load_source(name: str, source: TaskSource) -> TaskSet:
     """The tasks of one configured source, filtered by tags and limit; never empty."""
     if source.tasks.startswith(SYNTHETIC_PREFIX) and (source.count or source.seed is not None):
-        from honing.tasks import synthetic, synthetic_sql
+        from honing.tasks import synthetic, synthetic_repair, synthetic_sql
         from honing.tasks.builtin import SYNTHETIC_SEED, SYNTHETIC_SIZE
 
         generators: dict[str, Callable[[int, int], Sequence[AnyTask]]] = {
             "code": synthetic.generate_code_tasks,
+            "code-repair": synthetic_repair.generate_code_repair_tasks,
             "math": synthetic.generate_math_tasks,
             "tools": synthetic.generate_tools_tasks,
             "sql": synthetic_sql.generate_sql_tasks,

@@ -14,6 +14,10 @@ agent with `AgentConfig.restate=False` shows it). The `tools` of the example are
 environment's; SFT adds the agent's system prompt, so a trace is model-independent and tokenises
 exactly like the agent's trajectory of the same actions.
 
+The actions are the environment's `reference_actions`; for a code-repair task (its `files` hold
+solution.py) that is two turns, so SFT teaches the loop: read_file + run_tests, then the fixed file
+as a ```python block, which the code environment writes and tests.
+
 Every trace is played in the sandbox and must end with outcome 1: a reference that does not solve
 its task is an error listing the tasks (a trace that teaches a wrong answer is worse than none).
 

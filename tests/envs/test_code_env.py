@@ -20,6 +20,14 @@ ADD = CodeTask(
     tests="import math\nassert add(1, 2) == 3\nassert add(-1, 1) == 0\nassert add(2, 2) == 4\n",
     reference="def add(a, b):\n    return a + b\n",
 )
+REPAIR = CodeTask(
+    id="repair",
+    prompt="Fix the bug in solution.py: some tests of `span` fail.",
+    entry_point="span",
+    tests="assert span(1, 3) == 3\nassert span(5, 5) == 1\nassert span(0, 9) == 10\n",
+    files={"solution.py": "def span(lo, hi):\n    return hi - lo\n", "notes.txt": "inclusive"},
+    reference="def span(lo, hi):\n    return hi - lo + 1\n",
+)
 CHECKED = CodeTask(
     id="checked",
     prompt="def double(x):\n",
@@ -72,7 +80,7 @@ async def test_partial_solution_earns_a_share_and_sees_the_failure(env: CodeEnv)
     assert result.components["outcome"] == 0.0
     assert result.components["tests_passed"] == pytest.approx(2 / 3)
     assert result.info.failure is FailureReason.TOOL_ERROR and not result.info.infrastructure
-    assert "assert add(-1, 1) == 0 -> AssertionError" in result.observation.text  # latest errors
+    assert "assert add(-1, 1) == 0 -> AssertionError (got 99)" in result.observation.text
 
 
 async def test_noop_answer_fails_with_a_format_penalty(env: CodeEnv) -> None:
@@ -202,3 +210,41 @@ async def test_close_releases_the_workspace(env: CodeEnv) -> None:
     current = env.workspace.path
     await env.close()
     assert not current.exists() and env.workspace is None
+
+
+async def test_a_repair_episode_reads_the_starter_sees_the_failure_and_fixes_it(
+    pool: SandboxPool,
+) -> None:
+    env = CodeEnv(pool, EnvConfig(max_steps=4))
+    obs = await env.reset(REPAIR)
+    assert "read_file solution.py and run_tests" in obs.text
+    assert obs.text.endswith("Goal: " + REPAIR.prompt)
+    look, fix = env.reference_actions(REPAIR)
+    assert [c.name for c in look.tool_calls] == ["read_file", "run_tests"]
+    result = await env.step(look)
+    shown, verdict = (r.content for r in result.observation.tool_results)
+    assert shown == REPAIR.files["solution.py"]  # the starter, not the prompt
+    assert verdict.splitlines() == [
+        "0/3 tests passed",
+        "assert span(1, 3) == 3 -> AssertionError (got 2)",
+        "assert span(5, 5) == 1 -> AssertionError (got 0)",
+        "assert span(0, 9) == 10 -> AssertionError (got 9)",
+    ]
+    assert not result.done and "fix solution.py using the errors above" in (
+        result.observation.update or ""
+    )
+    assert fix.content == f"```python\n{REPAIR.reference}```"  # write + run_tests in one reply
+    result = await env.step(fix)
+    assert result.done and result.components["outcome"] == 1.0
+    assert result.observation.tool_results[-1].content == "3/3 tests passed"
+    assert env.workspace is not None and env.workspace.read("notes.txt") == b"inclusive"
+
+
+async def test_got_is_shown_for_equalities_only(env: CodeEnv) -> None:
+    task = ADD.model_copy(update={"tests": "assert add(1, 2) > 5\nassert add(1, 2) == 4, 'no'\n"})
+    await env.reset(task)
+    result = await env.step(code(ADD.reference or ""))
+    assert result.observation.tool_results[-1].content.splitlines()[1:] == [
+        "assert add(1, 2) > 5 -> AssertionError",
+        "assert add(1, 2) == 4, 'no' -> AssertionError: no (got 3)",
+    ]

@@ -20,8 +20,9 @@ from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
-from honing.tasks.schema import MathTask
+from honing.tasks.schema import CODE_SOLUTION, CodeTask, MathTask
 from honing.tasks.synthetic import generate_code_tasks, generate_math_tasks, generate_tools_tasks
+from honing.tasks.synthetic_repair import generate_code_repair_tasks
 from honing.trainer.sft import ChatExample, load_chat_data, tokenize_example
 from honing.trainer.traces import (
     Trace,
@@ -82,6 +83,7 @@ async def played(pool: SandboxPool, tmp_path_factory: pytest.TempPathFactory) ->
         *generate_math_tasks(7, 0),  # one of each family
         *generate_tools_tasks(3, 0),
         *generate_code_tasks(1, 0),
+        *generate_code_repair_tasks(2, 0),
     ]
     path = tmp_path_factory.mktemp("traces") / "traces.jsonl"
     traces = await write_traces(tasks, path, pool)
@@ -102,8 +104,29 @@ async def test_traces_are_played_in_task_order_and_math_uses_the_calculator(
     assert [t.task_id for t in played.traces] == [t.id for t in played.tasks]
     assert all(t.outcome == 1.0 for t in played.traces)
     calculator = [t.calculator for t in played.traces]
-    assert calculator == [True] * 7 + [False] * 4
+    assert calculator == [True] * 7 + [False] * 6
     assert played.traces[0].actions[0].startswith('<tool_call>{"name": "calculator"')
+
+
+@MODULE_LOOP
+async def test_repair_traces_look_then_fix(played: Played) -> None:
+    """A repair trace teaches the loop: read the file and run the tests, read the failures,
+    then write the fixed file (a ```python block: written, then tested)."""
+    repairs = [
+        (task, trace)
+        for task, trace in zip(played.tasks, played.traces, strict=True)
+        if isinstance(task, CodeTask) and task.repair
+    ]
+    assert len(repairs) == 2
+    for task, trace in repairs:
+        look, fix = trace.actions
+        assert look.count("<tool_call>") == 2 and '"name": "read_file"' in look
+        assert '"name": "run_tests"' in look
+        assert fix == f"```python\n{task.reference}```"
+        shown = [str(m["content"]) for m in trace.messages if m["role"] != "assistant"]
+        assert any(task.files[CODE_SOLUTION].strip() in text for text in shown)  # the starter
+        assert any(" tests passed\nassert " in text for text in shown)  # which assert failed
+        assert trace.outcome == 1.0
 
 
 @MODULE_LOOP
@@ -137,7 +160,11 @@ async def test_traces_that_do_not_restate_the_state_match_such_an_agent(
 ) -> None:
     """restate=False: after a step that went as planned only its tool results are shown, in the
     trace as in the agent loop, token for token."""
-    tasks: list[AnyTask] = [*generate_math_tasks(3, 0), *generate_tools_tasks(2, 0)]
+    tasks: list[AnyTask] = [
+        *generate_math_tasks(3, 0),
+        *generate_tools_tasks(2, 0),
+        *generate_code_repair_tasks(1, 0),
+    ]
     path = tmp_path / "traces.jsonl"
     traces = await write_traces(tasks, path, pool, restate=False)
     examples = load_chat_data(str(path))

@@ -1,0 +1,195 @@
+"""Seeded code-repair tasks: a short function with one small bug, to find and fix.
+
+    generate_code_repair_tasks(n, seed)   code tasks whose workspace starts with a buggy
+                                          solution.py (`CodeTask.files`); the reference is the fix
+
+Each task takes a function of `honing.tasks.synthetic`'s code families (signature, reference body,
+test cases) and changes one token of its body, the kind of slip a careless edit leaves: a
+comparison (`<` for `<=`, `!=` for `==`), an arithmetic operator (`+`/`-`, `//`/`%`), an integer
+one off (a bound, an initial value, an index, a constant of the spec), `min`/`max`, `and`/`or`,
+`lower`/`upper`. A change is used only if the function then fails at least one test case: the
+candidates run here, in process, under a budget of traced lines, and one that still passes or
+does not finish within the budget (a loop whose bound or step was changed) is skipped. Running
+them in process is safe because the code is ours, one token away from the families' bodies.
+
+The prompt says what the function must do and that solution.py has a bug. Ids are
+`synth-code-repair/<seed>/<i>`; tags add `repair` and the kind of bug. Same `(n, seed)`, same
+tasks; families take turns as in `generate_code_tasks`. Tests run every starter and reference in
+the sandbox.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import random
+import sys
+import textwrap
+import tokenize
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from honing.tasks.schema import CODE_SOLUTION, CodeTask
+from honing.tasks.synthetic import CODE_FAMILIES, _Function, _generate, _metadata
+
+DOMAIN = "code-repair"
+LINE_BUDGET = 20_000  # traced lines per candidate; the families' references need far fewer
+SWAPS: dict[str, tuple[str, str]] = {  # token → (its replacement, the kind of bug)
+    "<": ("<=", "comparison"), "<=": ("<", "comparison"), ">": (">=", "comparison"),
+    ">=": (">", "comparison"), "==": ("!=", "comparison"), "!=": ("==", "comparison"),
+    "+": ("-", "operator"), "-": ("+", "operator"), "*": ("+", "operator"),
+    "+=": ("-=", "operator"), "-=": ("+=", "operator"),
+    "//": ("%", "operator"), "%": ("//", "operator"),
+    "max": ("min", "name"), "min": ("max", "name"), "and": ("or", "name"), "or": ("and", "name"),
+    "lower": ("upper", "name"), "upper": ("lower", "name"),
+}  # fmt: skip
+UNARY_BEFORE = {"(", "[", ",", ":", "=", "return"}  # a `-` after these is a sign, not a minus
+CALLS = {".split()": (".split(' ')", "call")}  # splitting on one space, not on runs of whitespace
+BODIES = {  # families whose one-line reference has no token to change: the same, step by step
+    "sum_of_digits": "    total = 0\n    for digit in str(n):\n        total += int(digit)\n"
+    "    return total\n",
+}
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One token of a source replaced: where (character offsets), by what, and the bug's kind."""
+
+    start: int
+    end: int
+    replacement: str
+    kind: str  # comparison, operator, off-by-one, name
+
+    def apply(self, source: str) -> str:
+        return source[: self.start] + self.replacement + source[self.end :]
+
+
+def mutations(source: str, first_line: int = 2) -> list[Mutation]:
+    """Every one-token change of `source` from line `first_line` on (1-based), in source order."""
+    offsets = [0]
+    for line in source.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line))
+    found: list[Mutation] = []
+    for text, (replacement, kind) in CALLS.items():
+        at = source.find(text, offsets[first_line - 1])
+        if at >= 0:
+            found.append(Mutation(at, at + len(text), replacement, kind))
+    previous = ""
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        text, (row, col) = tok.string, tok.start
+        start = offsets[row - 1] + col
+        if row >= first_line:
+            if tok.type == tokenize.NUMBER and text.isdigit():
+                value = int(text)
+                for changed in (value + 1, value - 1):
+                    if changed > 0 or (changed == 0 and previous != "-"):
+                        found.append(Mutation(start, start + len(text), str(changed), "off-by-one"))
+            elif text in SWAPS and not (text == "-" and previous in UNARY_BEFORE):
+                replacement, kind = SWAPS[text]
+                found.append(Mutation(start, start + len(text), replacement, kind))
+        if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            previous = text
+    return sorted(found, key=lambda m: m.start)
+
+
+class _OutOfBudget(BaseException):
+    """Raised by the tracer when a candidate runs past `LINE_BUDGET` lines."""
+
+
+def fails_a_case(source: str, function: _Function) -> bool | None:
+    """Whether `source` fails at least one of the function's cases (an exception is a failure);
+    None when it does not define the function or runs past `LINE_BUDGET` traced lines."""
+    lines = 0
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        nonlocal lines
+        if event == "line":
+            lines += 1
+            if lines > LINE_BUDGET:
+                raise _OutOfBudget
+        return tracer
+
+    namespace: dict[str, Any] = {}
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        exec(compile(source, "<candidate>", "exec"), namespace)  # our code, see the docstring
+        candidate = namespace.get(function.entry_point)
+        if not callable(candidate):
+            return None
+        for args, expected in function.cases:
+            try:
+                if candidate(*copy.deepcopy(args)) != expected:
+                    return True
+            except Exception:
+                return True
+        return False
+    except _OutOfBudget:
+        return None
+    finally:
+        sys.settrace(previous)
+
+
+def source_of(function: _Function) -> str:
+    """The correct solution.py: the signature and the reference body (no docstring)."""
+    return f"{function.signature}:\n{BODIES.get(function.family, function.body)}"
+
+
+def repair_prompt(function: _Function) -> str:
+    args, expected = function.cases[0]
+    doc = textwrap.fill(function.doc, width=92)
+    return (
+        f"Fix the bug in {CODE_SOLUTION}: some tests of `{function.entry_point}` fail.\n\n"
+        f"{function.signature}:\n{doc}\n\nFor example, {function.call(args)} == {expected!r}."
+    )
+
+
+def repair_task(
+    function: _Function, rng: random.Random, task_id: str, seed: int
+) -> CodeTask | None:
+    """A task with one failing mutation of `function` (drawn with `rng`); None if none fails."""
+    correct = source_of(function)
+    candidates = mutations(correct)
+    rng.shuffle(candidates)
+    for mutation in candidates:
+        buggy = mutation.apply(correct)
+        if fails_a_case(buggy, function):
+            tests = "".join(f"assert {function.call(a)} == {e!r}\n" for a, e in function.cases)
+            return CodeTask(
+                id=task_id,
+                prompt=repair_prompt(function),
+                entry_point=function.entry_point,
+                tests=tests,
+                files={CODE_SOLUTION: buggy},
+                reference=correct,
+                tags=["synthetic", "repair", function.family, mutation.kind, function.difficulty],
+                metadata={
+                    **_metadata(function.family, seed),
+                    "generator": __name__,
+                    "bug": mutation.kind,
+                },
+            )
+    return None
+
+
+def _family(
+    make: Callable[[random.Random], _Function],
+) -> Callable[[random.Random, str, int], CodeTask]:
+    def draw(rng: random.Random, task_id: str, seed: int) -> CodeTask:
+        while True:  # a function with no failing mutation is drawn again (none is known)
+            task = repair_task(make(rng), rng, task_id, seed)
+            if task is not None:
+                return task
+
+    return draw
+
+
+REPAIR_FAMILIES = [_family(make) for make in CODE_FAMILIES]
+
+
+def generate_code_repair_tasks(n: int, seed: int) -> list[CodeTask]:
+    """`n` code-repair tasks (the 12 code families, one token of each changed so that a test
+    fails): solution.py starts buggy, the reference is the correct file."""
+    return _generate(DOMAIN, n, seed, REPAIR_FAMILIES)
