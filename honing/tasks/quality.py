@@ -93,7 +93,9 @@ async def verify_references(
             *(_code_run(t, t.files[CODE_SOLUTION]) for t in starters),
         ]
     )
-    by_id: dict[str, ExecResult] = {t.id: r for t, r in zip(code, results, strict=False)}
+    by_id: dict[str, ExecResult] = dict(
+        zip([t.id for t in code], results[: len(code)], strict=True)
+    )
     starter_by_id = dict(zip([t.id for t in starters], results[len(code) :], strict=True))
     maths = [t for t in tasks if isinstance(t, MathTask) and t.reference is not None]
     found = await math_equal_many(pool, [(t.answer, t.reference or "") for t in maths])
