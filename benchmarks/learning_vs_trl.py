@@ -276,7 +276,7 @@ def heldout_tasks(config: TrainConfig, limit: int | None) -> TaskSet:
     if config.warm_start is not None and config.warm_start.traces is not None:
         seen.append(load_source("warm_start", config.warm_start.traces))
     [(name, source)] = config.heldout.items()
-    taskset = without_overlap(load_source(name, source), seen)
+    taskset = without_overlap(load_source(name, source, heldout=True), seen)
     tasks = taskset.tasks[:limit] if limit is not None else taskset.tasks
     return TaskSet(taskset.name, tasks, taskset.quarantined, taskset.total, taskset.origins)
 

@@ -234,7 +234,7 @@ def heldout_sets(config: TrainConfig, limit: int | None) -> dict[str, Any]:
         seen.append(load_source("warm_start", config.warm_start.traces))
     sets = {}
     for name, source in config.heldout.items():
-        taskset = without_overlap(load_source(name, source), seen)
+        taskset = without_overlap(load_source(name, source, heldout=True), seen)
         if limit is not None:
             taskset.tasks = taskset.tasks[:limit]
         sets[name] = taskset

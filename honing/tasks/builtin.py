@@ -6,7 +6,8 @@
     bfcl        the single-turn Python function-calling questions of `bfcl-eval`, as tools tasks
     synthetic-code, synthetic-code-repair, synthetic-math, synthetic-tools, synthetic-sql
                 64 seeded synthetic tasks each (seed 0; `honing.tasks.synthetic`,
-                `honing.tasks.synthetic_repair`, `honing.tasks.synthetic_sql`)
+                `honing.tasks.synthetic_repair`, `honing.tasks.synthetic_sql`); synthetic-math
+                is an evaluation set: about half its tasks are worded as training never is
     examples-code, examples-math, examples-tools
                 hand-written examples bundled with honing (`honing/tasks/data/*_examples.jsonl`)
 
@@ -174,7 +175,7 @@ BUILTIN: dict[str, Callable[[], TaskSet]] = {
         "synthetic-code-repair", generate_code_repair_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
     ),
     "synthetic-math": lambda: as_taskset(
-        "synthetic-math", generate_math_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
+        "synthetic-math", generate_math_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED, "heldout")
     ),
     "synthetic-tools": lambda: as_taskset(
         "synthetic-tools", generate_tools_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)

@@ -1,7 +1,8 @@
 """Seeded synthetic task sets: where a small model is weak, but tools and feedback can help.
 
     generate_code_tasks(n, seed)    short Python functions checked by top-level `assert` tests
-    generate_math_tasks(n, seed)    multi-digit arithmetic with exact integer answers
+    generate_math_tasks(n, seed)    multi-digit arithmetic with exact integer answers; with
+                                    phrasings="heldout", half worded as training never words them
     generate_tools_tasks(n, seed)   executable-tool tasks: unit conversion, calendar, lookup over a
                                     small facts table, calculator, and chains of them
 
@@ -30,7 +31,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from honing.tasks.load import AnyTask, TaskSet, tasks_from_rows
 from honing.tasks.schema import CodeTask, MathTask, ToolsTask
@@ -488,116 +489,220 @@ def generate_code_tasks(n: int, seed: int) -> list[CodeTask]:
 # -- math ------------------------------------------------------------------------------------
 TWO_DIGITS = [b for b in range(11, 100) if b % 10]  # a multiple of 10 makes it too easy
 
+Phrasings = Literal["train", "heldout"]
+UNSEEN_TAG = "phrasing-unseen"  # a held-out task phrased in a way no training task is
+UNSEEN_SHARE = 0.5  # of a held-out set's tasks
+
+
+@dataclass(frozen=True)
+class _Wording:
+    """One problem's phrasings: those training draws from, and those kept for held-out sets."""
+
+    seen: tuple[str, ...]
+    unseen: tuple[str, ...]
+
 
 def _math(
-    task_id: str, seed: int, family: str, difficulty: str, prompt: str, answer: int
+    rng: random.Random,
+    task_id: str,
+    seed: int,
+    phrasings: Phrasings,
+    family: str,
+    difficulty: str,
+    wording: _Wording,
+    expression: str,
+    answer: int,
+    **numbers: int,
 ) -> MathTask:
+    """The task, worded by one of `wording`'s phrasings filled in with `numbers`; `expression`
+    (the same names) is the calculation, kept in the metadata for reference traces."""
+    unseen = phrasings == "heldout" and rng.random() < UNSEEN_SHARE
+    prompt = rng.choice(wording.unseen if unseen else wording.seen).format(**numbers)
     return MathTask(
         id=task_id,
         prompt=prompt,
         answer=str(answer),
         reference=str(answer),
-        tags=["synthetic", "arithmetic", family, difficulty],
-        metadata=_metadata(family, seed),
+        tags=["synthetic", "arithmetic", family, difficulty] + ([UNSEEN_TAG] if unseen else []),
+        metadata=_metadata(family, seed) | {"expression": expression.format(**numbers)},
     )
 
 
-def _m_sum(rng: random.Random, task_id: str, seed: int) -> MathTask:
+_SUM = _Wording(
+    seen=(
+        "What is {a} + {b}?",
+        "Add {a} and {b}.",
+        "Find the sum of {a} and {b}.",
+        "A library had {a} books and bought {b} more. How many books does it have now?",
+    ),
+    unseen=(
+        "What is {a} plus {b}?",
+        "A farm picked {a} apples in the morning and {b} in the afternoon. How many apples were "
+        "picked in all?",
+    ),
+)
+_DIFFERENCE = _Wording(
+    seen=(
+        "What is {a} - {b}?",
+        "Subtract {b} from {a}.",
+        "A tank held {a} litres and {b} litres were drained. How many litres are left?",
+    ),
+    unseen=(
+        "What is {a} minus {b}?",
+        "How much larger is {a} than {b}?",
+        "A runner has covered {b} metres of a {a} metre race. How many metres are left to run?",
+    ),
+)
+_PRODUCT = _Wording(
+    seen=(
+        "What is {a} * {b}?",
+        "Compute {a} × {b}.",
+        "Calculate {a} times {b}.",
+        "A warehouse has {b} shelves with {a} boxes on each. How many boxes are there in all?",
+    ),
+    unseen=(
+        "What is the product of {a} and {b}?",
+        "Each of {b} trains carries {a} passengers. How many passengers is that altogether?",
+    ),
+)
+_QUOTIENT_EXACT = _Wording(
+    seen=("What is {n} / {d}?", "Divide {n} by {d}."),
+    unseen=(
+        "What is {n} divided by {d}?",
+        "{n} sweets are shared equally among {d} children. How many sweets does each child get?",
+    ),
+)
+_QUOTIENT_FLOOR = _Wording(
+    seen=(
+        "What is the quotient when {n} is divided by {d}, ignoring the remainder?",
+        "What is {n} // {d} (integer division)?",
+    ),
+    unseen=("How many whole times does {d} go into {n}?",),
+)
+_REMAINDER = _Wording(
+    seen=("What is the remainder when {n} is divided by {d}?", "What is {n} mod {d}?"),
+    unseen=(
+        "What is {n} modulo {d}?",
+        "{n} eggs are packed into boxes of {d}. How many eggs are left over?",
+    ),
+)
+_PRODUCT_LARGE = _Wording(
+    seen=("What is {a} * {b}?", "Compute {a} × {b}."),
+    unseen=("Multiply {a} by {b}.", "What is {a} multiplied by {b}?"),
+)
+_PROFIT = _Wording(
+    seen=(
+        "A store sells {a} items at {b} dollars each and pays {c} dollars in rent. What is its "
+        "profit in dollars?",
+    ),
+    unseen=(
+        "A bakery makes {b} trays of {a} rolls, and {c} rolls go stale. How many rolls are "
+        "still fresh?",
+    ),
+)
+_PRODUCT_PLUS = _Wording(
+    seen=("What is {a} * {b} + {c}?",),
+    unseen=("Multiply {a} by {b}, then add {c}. What is the result?",),
+)
+_SUM_TIMES = _Wording(
+    seen=("What is ({a} + {c}) * {b}?",),
+    unseen=("Add {a} and {c}, then multiply the sum by {b}.",),
+)
+
+
+def _m_sum(rng: random.Random, task_id: str, seed: int, phrasings: Phrasings) -> MathTask:
     a, b = rng.randint(100, 9999), rng.randint(100, 9999)
-    prompt = rng.choice(
-        [
-            f"What is {a} + {b}?",
-            f"Add {a} and {b}.",
-            f"A library had {a} books and bought {b} more. How many books does it have now?",
-        ]
-    )
-    return _math(task_id, seed, "sum", "easy", prompt, a + b)
+    return _math(rng, task_id, seed, phrasings, "sum", "easy", _SUM, "{a} + {b}", a + b, a=a, b=b)
 
 
-def _m_difference(rng: random.Random, task_id: str, seed: int) -> MathTask:
+def _m_difference(rng: random.Random, task_id: str, seed: int, phrasings: Phrasings) -> MathTask:
     a = rng.randint(1000, 9999)
     b = rng.randint(100, a - 1)
-    prompt = rng.choice(
-        [
-            f"What is {a} - {b}?",
-            f"Subtract {b} from {a}.",
-            f"A tank held {a} litres and {b} litres were drained. How many litres are left?",
-        ]
-    )
-    return _math(task_id, seed, "difference", "easy", prompt, a - b)
+    return _math(
+        rng, task_id, seed, phrasings, "difference", "easy", _DIFFERENCE, "{a} - {b}", a - b,
+        a=a, b=b,
+    )  # fmt: skip
 
 
-def _m_product(rng: random.Random, task_id: str, seed: int) -> MathTask:
+def _m_product(rng: random.Random, task_id: str, seed: int, phrasings: Phrasings) -> MathTask:
     a, b = rng.randint(100, 999), rng.choice(TWO_DIGITS)  # 3-digit × 2-digit
-    prompt = rng.choice(
-        [
-            f"What is {a} * {b}?",
-            f"Compute {a} × {b}.",
-            f"Calculate {a} times {b}.",
-            f"A warehouse has {b} shelves with {a} boxes on each. How many boxes are there in all?",
-        ]
-    )
-    return _math(task_id, seed, "product", "medium", prompt, a * b)
+    return _math(
+        rng, task_id, seed, phrasings, "product", "medium", _PRODUCT, "{a} * {b}", a * b,
+        a=a, b=b,
+    )  # fmt: skip
 
 
-def _m_quotient(rng: random.Random, task_id: str, seed: int) -> MathTask:
+def _m_quotient(rng: random.Random, task_id: str, seed: int, phrasings: Phrasings) -> MathTask:
     d, q = rng.randint(12, 99), rng.randint(10, 999)
     if rng.random() < 0.4:
-        prompt = rng.choice([f"What is {d * q} / {d}?", f"Divide {d * q} by {d}."])
-    else:
-        a = d * q + rng.randint(1, d - 1)
-        prompt = rng.choice(
-            [
-                f"What is the quotient when {a} is divided by {d}, ignoring the remainder?",
-                f"What is {a} // {d} (integer division)?",
-            ]
-        )
-    return _math(task_id, seed, "quotient", "medium", prompt, q)
+        return _math(
+            rng, task_id, seed, phrasings, "quotient", "medium", _QUOTIENT_EXACT, "{n} / {d}",
+            q, n=d * q, d=d,
+        )  # fmt: skip
+    n = d * q + rng.randint(1, d - 1)
+    return _math(
+        rng, task_id, seed, phrasings, "quotient", "medium", _QUOTIENT_FLOOR, "{n} // {d}", q,
+        n=n, d=d,
+    )  # fmt: skip
 
 
-def _m_remainder(rng: random.Random, task_id: str, seed: int) -> MathTask:
+def _m_remainder(rng: random.Random, task_id: str, seed: int, phrasings: Phrasings) -> MathTask:
     d = rng.randint(12, 99)
     r = rng.randint(1, d - 1)
-    a = d * rng.randint(10, 999) + r
-    prompt = rng.choice(
-        [f"What is the remainder when {a} is divided by {d}?", f"What is {a} mod {d}?"]
-    )
-    return _math(task_id, seed, "remainder", "medium", prompt, r)
+    n = d * rng.randint(10, 999) + r
+    return _math(
+        rng, task_id, seed, phrasings, "remainder", "medium", _REMAINDER, "{n} % {d}", r,
+        n=n, d=d,
+    )  # fmt: skip
 
 
-def _m_product_large(rng: random.Random, task_id: str, seed: int) -> MathTask:
+def _m_product_large(rng: random.Random, task_id: str, seed: int, phrasings: Phrasings) -> MathTask:
     if rng.random() < 0.5:
         a, b = rng.randint(100, 999), rng.randint(100, 999)
     else:
         a, b = rng.randint(1000, 9999), rng.choice(TWO_DIGITS)
-    prompt = rng.choice([f"What is {a} * {b}?", f"Compute {a} × {b}."])
-    return _math(task_id, seed, "product-large", "hard", prompt, a * b)
+    return _math(
+        rng, task_id, seed, phrasings, "product-large", "hard", _PRODUCT_LARGE, "{a} * {b}",
+        a * b, a=a, b=b,
+    )  # fmt: skip
 
 
-def _m_two_step(rng: random.Random, task_id: str, seed: int) -> MathTask:
+def _m_two_step(rng: random.Random, task_id: str, seed: int, phrasings: Phrasings) -> MathTask:
     a, b, c = rng.randint(100, 999), rng.randint(10, 99), rng.randint(100, 9999)
     kind = rng.randrange(3)
     if kind == 0:
         c = rng.randint(100, a * b - 1)
-        prompt = (
-            f"A store sells {a} items at {b} dollars each and pays {c} dollars in rent. "
-            "What is its profit in dollars?"
-        )
-        return _math(task_id, seed, "two-step", "hard", prompt, a * b - c)
-    if kind == 1:
-        return _math(task_id, seed, "two-step", "hard", f"What is {a} * {b} + {c}?", a * b + c)
-    return _math(task_id, seed, "two-step", "hard", f"What is ({a} + {c}) * {b}?", (a + c) * b)
+        wording, expression, answer = _PROFIT, "{a} * {b} - {c}", a * b - c
+    elif kind == 1:
+        wording, expression, answer = _PRODUCT_PLUS, "{a} * {b} + {c}", a * b + c
+    else:
+        wording, expression, answer = _SUM_TIMES, "({a} + {c}) * {b}", (a + c) * b
+    return _math(
+        rng, task_id, seed, phrasings, "two-step", "hard", wording, expression, answer,
+        a=a, b=b, c=c,
+    )  # fmt: skip
 
 
-MATH_FAMILIES: list[Callable[[random.Random, str, int], MathTask]] = [
+MATH_FAMILIES: list[Callable[[random.Random, str, int, Phrasings], MathTask]] = [
     _m_sum, _m_difference, _m_product, _m_quotient, _m_remainder, _m_product_large, _m_two_step,
 ]  # fmt: skip
 
 
-def generate_math_tasks(n: int, seed: int) -> list[MathTask]:
+def generate_math_tasks(n: int, seed: int, phrasings: Phrasings = "train") -> list[MathTask]:
     """`n` multi-digit arithmetic problems (sums, differences, 3-digit × 2-digit products,
-    quotients, remainders, larger products, two-step problems); the reference is the answer."""
-    return _generate("math", n, seed, MATH_FAMILIES)
+    quotients, remainders, larger products, two-step problems); the reference is the answer.
+
+    Each family has phrasings for training and phrasings kept out of it: `phrasings="train"`
+    draws the first kind only; `"heldout"` words about half of the tasks (`UNSEEN_SHARE`) in a
+    way no training task is, tagged `phrasing-unseen`, so an evaluation can tell a learned skill
+    from a learned template. Each task's metadata holds its calculation (`expression`)."""
+
+    def worded(
+        family: Callable[[random.Random, str, int, Phrasings], MathTask],
+    ) -> Callable[[random.Random, str, int], MathTask]:
+        return lambda rng, task_id, seed: family(rng, task_id, seed, phrasings)
+
+    return _generate("math", n, seed, [worded(f) for f in MATH_FAMILIES])
 
 
 # -- tools -----------------------------------------------------------------------------------

@@ -10,6 +10,9 @@ Its 95% interval pairs the same held-out episodes at the two points (Newcombe's 
 interval, honing.eval.stats); evaluations recorded without per-episode outcomes fall back to the
 interval for independent samples. Infrastructure failures are left out of every rate and counted.
 
+`tag_scores` splits an evaluation by task tag (e.g. `phrasing-unseen`: the held-out tasks worded
+as training never words them).
+
 Not covered: per-set breakdowns (result.json and the report keep each set's points), evaluations
 between the warm start and the last one (the report draws them).
 """
@@ -45,6 +48,26 @@ class EvalPoint(StrictModel):
         default_factory=dict,
         description="'TASK#SAMPLE' -> solved, for the judged episodes (pairs two evaluations).",
     )
+    by_tag: dict[str, tuple[int, int]] = Field(
+        default_factory=dict,
+        description="Task tag -> (passed, judged) over the episodes of the tasks with that tag.",
+    )
+
+
+def tag_scores(
+    outcomes: dict[str, bool], tags: dict[str, Sequence[str]]
+) -> dict[str, tuple[int, int]]:
+    """(passed, judged) per task tag: `outcomes` keyed 'TASK#SAMPLE', `tags` task id -> tags.
+
+    >>> tag_scores({"a#0": True, "a#1": False, "b#0": True}, {"a": ["x"], "b": ["x", "y"]})
+    {'x': (2, 3), 'y': (1, 1)}
+    """
+    scores: dict[str, tuple[int, int]] = {}
+    for key, solved in outcomes.items():
+        for tag in tags.get(key.rpartition("#")[0], ()):
+            passed, judged = scores.get(tag, (0, 0))
+            scores[tag] = (passed + solved, judged + 1)
+    return dict(sorted(scores.items()))
 
 
 class Stage(StrictModel):

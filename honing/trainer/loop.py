@@ -81,8 +81,9 @@ from honing.sandbox import PoolUsage, SandboxPool
 from honing.store import TrajectoryWriter, rewind
 from honing.store.records import Trajectory
 from honing.tasks.load import AnyTask, TaskSet
+from honing.tasks.synthetic import UNSEEN_TAG
 from honing.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from honing.trainer.gains import BEFORE, WARM_START, EvalPoint, Gains, account
+from honing.trainer.gains import BEFORE, WARM_START, EvalPoint, Gains, account, tag_scores
 from honing.trainer.learner import Learner, LearnerStats, MatchReport, check_logprob_match
 from honing.trainer.precision import MATCH_THRESHOLD, SERVER, RunPrecision, decide
 from honing.trainer.run_config import TrainConfig
@@ -322,7 +323,8 @@ class Trainer:
         if config.warm_start is not None and config.warm_start.traces is not None:
             seen.append(load_source("warm_start", config.warm_start.traces))
         self.heldout = {
-            n: without_overlap(load_source(n, s), seen) for n, s in config.heldout.items()
+            n: without_overlap(load_source(n, s, heldout=True), seen)
+            for n, s in config.heldout.items()
         }
         self.mixer = TaskMixer(
             self.train_sets, {n: s.weight for n, s in config.train.items()}, config.seed
@@ -380,15 +382,21 @@ class Trainer:
                 mean_steps=report.trajectory.mean_steps,
                 recovery=report.trajectory.recovery_rate,
                 outcomes=progress.outcomes,
+                by_tag=tag_scores(progress.outcomes, {t.id: t.tags for t in taskset.tasks}),
             )
+            unseen = point.by_tag.get(UNSEEN_TAG)
             log.info(
-                "eval %s (%s): success %s (%d/%d), well-formed actions %s, %.1f steps per "
+                "eval %s (%s): success %s (%d/%d)%s, well-formed actions %s, %.1f steps per "
                 "episode, in %.0f s",
                 name,
                 phase,
                 _percent(e2e.success_rate),
                 e2e.passed,
                 e2e.total,
+                f"; worded as training never is {_percent(unseen[0] / unseen[1])} "
+                f"({unseen[0]}/{unseen[1]})"
+                if unseen and unseen[1]
+                else "",
                 _percent(point.well_formed),
                 point.mean_steps or 0.0,
                 report.elapsed_s,

@@ -21,7 +21,7 @@ covered: running it (`honing.trainer.loop`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
@@ -50,6 +50,12 @@ class TaskSource(StrictModel):
         default_factory=list, description="Keep only the tasks with at least one of these tags."
     )
     limit: int | None = Field(None, ge=1, description="Keep the first `limit` tasks.")
+    phrasings: Literal["train", "heldout"] | None = Field(
+        None,
+        description="synthetic-math only: 'train' words every task as training does; 'heldout' "
+        "words about half in ways training never does (tagged phrasing-unseen). Default: "
+        "'heldout' for held-out sets, 'train' for the rest.",
+    )
     weight: float = Field(1.0, gt=0, description="Share of the training mix (train sources).")
 
     @model_validator(mode="after")
@@ -59,6 +65,10 @@ class TaskSource(StrictModel):
             raise ValueError(
                 f"count and seed apply to synthetic-* task sets only, not {self.tasks!r}; use "
                 "limit to shorten a task set"
+            )
+        if self.phrasings is not None and self.tasks != SYNTHETIC_PREFIX + "math":
+            raise ValueError(
+                f"phrasings applies to synthetic-math only, not {self.tasks!r}; drop it"
             )
         return self
 

@@ -1,6 +1,7 @@
 """Task sources of a training run: loading a configured source, and keeping held-out sets unseen.
 
     load_source(name, TaskSource(tasks="synthetic-math", count=256, seed=1))   -> TaskSet
+    load_source(name, source, heldout=True)   -> a held-out set (synthetic-math: unseen wordings)
     without_overlap(heldout, [train, ...])   -> the held-out tasks no training set contains
 
 Not covered: mixing sources over a run (`honing.trainer.loop.TaskMixer`).
@@ -8,6 +9,7 @@ Not covered: mixing sources over a run (`honing.trainer.loop.TaskMixer`).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 
@@ -18,16 +20,18 @@ from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource
 log = logging.getLogger(__name__)
 
 
-def load_source(name: str, source: TaskSource) -> TaskSet:
-    """The tasks of one configured source, filtered by tags and limit; never empty."""
-    if source.tasks.startswith(SYNTHETIC_PREFIX) and (source.count or source.seed is not None):
+def load_source(name: str, source: TaskSource, *, heldout: bool = False) -> TaskSet:
+    """The tasks of one configured source, filtered by tags and limit; never empty. A held-out
+    source of synthetic-math is worded as training never is, unless its `phrasings` says."""
+    if source.tasks.startswith(SYNTHETIC_PREFIX):
         from honing.tasks import synthetic, synthetic_repair, synthetic_sql
         from honing.tasks.builtin import SYNTHETIC_SEED, SYNTHETIC_SIZE
 
+        phrasings = source.phrasings or ("heldout" if heldout else "train")
         generators: dict[str, Callable[[int, int], Sequence[AnyTask]]] = {
             "code": synthetic.generate_code_tasks,
             "code-repair": synthetic_repair.generate_code_repair_tasks,
-            "math": synthetic.generate_math_tasks,
+            "math": functools.partial(synthetic.generate_math_tasks, phrasings=phrasings),
             "tools": synthetic.generate_tools_tasks,
             "sql": synthetic_sql.generate_sql_tasks,
         }
@@ -39,7 +43,10 @@ def load_source(name: str, source: TaskSource) -> TaskSet:
             )
         count = source.count or SYNTHETIC_SIZE
         seed = SYNTHETIC_SEED if source.seed is None else source.seed
-        taskset = synthetic.as_taskset(f"{source.tasks}/{seed}", generators[domain](count, seed))
+        named = source.count or source.seed is not None
+        taskset = synthetic.as_taskset(
+            f"{source.tasks}/{seed}" if named else source.tasks, generators[domain](count, seed)
+        )
     else:
         taskset = load_tasks(source.tasks)
     tasks = taskset.tasks

@@ -24,10 +24,10 @@ its task is an error listing the tasks (a trace that teaches a wrong answer is w
 **calculator_first** (math): the reference of a math task is only `answer(value)`. With
 `calculator_first=True` (the default), a task whose answer is the value of an arithmetic
 expression that can be read off its prompt — `What is 347 × 86?`, or one of the word problems of
-`honing.tasks.synthetic.generate_math_tasks`, by the numbers in the prompt and the family's
-operations — is played as `calculator(expression)` → result → `answer(result)`, so that SFT
-teaches the model to use the calculator. The expression is used only when it evaluates exactly
-to the task's answer; other math tasks keep the plain `answer`.
+`honing.tasks.synthetic.generate_math_tasks` (their metadata's `expression`, or the numbers in
+the prompt and the family's operations) — is played as `calculator(expression)` → result →
+`answer(result)`, so that SFT teaches the model to use the calculator. The expression is used
+only when it evaluates exactly to the task's answer; other math tasks keep the plain `answer`.
 
 Not covered: traces sampled from a model (use rollouts and the store), reasoning text before the
 calls (the assistant messages are calls only, plus whatever content the reference action has).
@@ -105,7 +105,8 @@ def arithmetic_expression(task: MathTask) -> str | None:
     target = _number(task.answer)
     if target is None:
         return None
-    candidates: list[str] = []
+    given = task.metadata.get("expression")  # honing.tasks.synthetic records its calculation
+    candidates: list[str] = [given] if isinstance(given, str) else []
     direct = _DIRECT.match(task.prompt)
     if direct:
         body = direct.group(1)

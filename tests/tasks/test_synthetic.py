@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
@@ -23,6 +24,7 @@ from honing.tasks.synthetic import (
     MATH_FAMILIES,
     TOOLS_FAMILIES,
     UNIT_FACTORS,
+    UNSEEN_TAG,
     WEEKDAYS,
     as_taskset,
     convert_exactly,
@@ -194,3 +196,31 @@ async def test_references_solve_every_task_in_its_environment_and_noop_fails(
 ) -> None:
     tasks = [*small_sets(), *bundled()]
     await asyncio.gather(*(solve_then_noop(pool, task) for task in tasks))
+
+
+def _wording(prompt: str) -> str:
+    """A prompt with its numbers blanked: the phrasing it was drawn from."""
+    return re.sub(r"\d+", "N", prompt)
+
+
+def test_a_heldout_set_is_half_worded_as_training_never_is() -> None:
+    train = generate_math_tasks(700, 11)
+    heldout = generate_math_tasks(700, 12, phrasings="heldout")
+    seen = {_wording(t.prompt) for t in train}
+    unseen = [t for t in heldout if UNSEEN_TAG in t.tags]
+    assert not any(UNSEEN_TAG in t.tags for t in train)
+    assert 0.4 < len(unseen) / len(heldout) < 0.6
+    # every family has phrasings training never shows, and no training prompt uses one
+    assert {t.metadata["family"] for t in unseen} == {t.metadata["family"] for t in train}
+    assert not {_wording(t.prompt) for t in unseen} & seen
+    # the rest of the held-out set is worded as training is (700 draws show every phrasing)
+    assert {_wording(t.prompt) for t in heldout if UNSEEN_TAG not in t.tags} <= seen
+
+
+def test_each_math_task_records_the_calculation_of_its_answer() -> None:
+    for task in generate_math_tasks(70, 3, phrasings="heldout"):
+        expression = str(task.metadata["expression"])
+        assert re.fullmatch(r"[\d ()+\-*/%]+", expression), expression
+        assert eval(expression) == int(task.answer), (task.prompt, expression)
+        # its numbers are the prompt's numbers, whatever order the wording puts them in
+        assert sorted(re.findall(r"\d+", expression)) == sorted(re.findall(r"\d+", task.prompt))

@@ -51,7 +51,7 @@ def pool(module_pool: SandboxPool) -> SandboxPool:
 
 
 def test_every_synthetic_math_task_gets_the_expression_of_its_answer() -> None:
-    tasks = generate_math_tasks(70, 0) + generate_math_tasks(70, 1)
+    tasks = generate_math_tasks(70, 0) + generate_math_tasks(70, 1, phrasings="heldout")
     forms = {"remainder": "%", "quotient": "/", "product": "*", "sum": "+"}
     for task in tasks:
         expression = arithmetic_expression(task)
