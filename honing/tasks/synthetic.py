@@ -533,7 +533,9 @@ _SUM = _Wording(
         "What is {a} + {b}?",
         "Add {a} and {b}.",
         "Find the sum of {a} and {b}.",
+        "Calculate the total of {a} and {b}.",
         "A library had {a} books and bought {b} more. How many books does it have now?",
+        "{a} people came on Monday and {b} on Tuesday. How many came on the two days together?",
     ),
     unseen=(
         "What is {a} plus {b}?",
@@ -545,7 +547,9 @@ _DIFFERENCE = _Wording(
     seen=(
         "What is {a} - {b}?",
         "Subtract {b} from {a}.",
+        "Find the difference between {a} and {b}.",
         "A tank held {a} litres and {b} litres were drained. How many litres are left?",
+        "A shop had {a} cans and sold {b} of them. How many cans does it have now?",
     ),
     unseen=(
         "What is {a} minus {b}?",
@@ -558,7 +562,9 @@ _PRODUCT = _Wording(
         "What is {a} * {b}?",
         "Compute {a} × {b}.",
         "Calculate {a} times {b}.",
+        "Multiply {a} by {b}.",
         "A warehouse has {b} shelves with {a} boxes on each. How many boxes are there in all?",
+        "Each crate holds {a} pens. How many pens are in {b} crates?",
     ),
     unseen=(
         "What is the product of {a} and {b}?",
@@ -566,7 +572,12 @@ _PRODUCT = _Wording(
     ),
 )
 _QUOTIENT_EXACT = _Wording(
-    seen=("What is {n} / {d}?", "Divide {n} by {d}."),
+    seen=(
+        "What is {n} / {d}?",
+        "Divide {n} by {d}.",
+        "Calculate {n} ÷ {d}.",
+        "A rope {n} cm long is cut into {d} equal pieces. How long is each piece in cm?",
+    ),
     unseen=(
         "What is {n} divided by {d}?",
         "{n} sweets are shared equally among {d} children. How many sweets does each child get?",
@@ -576,19 +587,26 @@ _QUOTIENT_FLOOR = _Wording(
     seen=(
         "What is the quotient when {n} is divided by {d}, ignoring the remainder?",
         "What is {n} // {d} (integer division)?",
+        "How many full boxes of {d} can be packed from {n} items?",
     ),
     unseen=("How many whole times does {d} go into {n}?",),
 )
 _REMAINDER = _Wording(
-    seen=("What is the remainder when {n} is divided by {d}?", "What is {n} mod {d}?"),
+    seen=(
+        "What is the remainder when {n} is divided by {d}?",
+        "What is {n} mod {d}?",
+        "Calculate {n} % {d}.",
+        "{n} cards are dealt into piles of {d}, as many full piles as possible. How many cards "
+        "are not in a pile?",
+    ),
     unseen=(
         "What is {n} modulo {d}?",
         "{n} eggs are packed into boxes of {d}. How many eggs are left over?",
     ),
 )
 _PRODUCT_LARGE = _Wording(
-    seen=("What is {a} * {b}?", "Compute {a} × {b}."),
-    unseen=("Multiply {a} by {b}.", "What is {a} multiplied by {b}?"),
+    seen=("What is {a} * {b}?", "Compute {a} × {b}.", "Calculate {a} times {b}."),
+    unseen=("What is {a} multiplied by {b}?", "How much do {b} tickets at {a} dollars each cost?"),
 )
 _PROFIT = _Wording(
     seen=(
@@ -601,11 +619,11 @@ _PROFIT = _Wording(
     ),
 )
 _PRODUCT_PLUS = _Wording(
-    seen=("What is {a} * {b} + {c}?",),
+    seen=("What is {a} * {b} + {c}?", "Compute {a} × {b} + {c}."),
     unseen=("Multiply {a} by {b}, then add {c}. What is the result?",),
 )
 _SUM_TIMES = _Wording(
-    seen=("What is ({a} + {c}) * {b}?",),
+    seen=("What is ({a} + {c}) * {b}?", "Compute ({a} + {c}) × {b}."),
     unseen=("Add {a} and {c}, then multiply the sum by {b}.",),
 )
 

@@ -19,7 +19,7 @@ between the warm start and the last one (the report draws them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
@@ -55,7 +55,7 @@ class EvalPoint(StrictModel):
 
 
 def tag_scores(
-    outcomes: dict[str, bool], tags: dict[str, Sequence[str]]
+    outcomes: Mapping[str, bool], tags: Mapping[str, Sequence[str]]
 ) -> dict[str, tuple[int, int]]:
     """(passed, judged) per task tag: `outcomes` keyed 'TASK#SAMPLE', `tags` task id -> tags.
 
