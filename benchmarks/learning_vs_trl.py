@@ -61,7 +61,8 @@ held-out set (`--heldout N`: its first N tasks; the tasks any training set holds
 interval of the change, steps and episodes. Last line:
 `learning: same start, 8 min each; trl +X pts; honing +Y pts; held-out n=N`.
 
-Measured (2-core AMD EPYC, AVX2, float32, quiet; 22 min in all), the last lines:
+Measured at commit 3863ad7, before the held-out set had wordings training never shows (2-core
+AMD EPYC, AVX2, float32, quiet; 22 min in all), the last lines:
 
     trl: before 55/128 (43%), after 89/128 (70%): +27 pts (95% CI +18..+34, paired on 128
       tasks); 3 steps, 96 episodes in 10.0 min
