@@ -127,7 +127,8 @@ class Gains(StrictModel):
         if not shown:
             return None
         if self.rl_gain is None or self.ci_low is None or self.ci_high is None:
-            return f"{shown} (no evaluation after RL; infra failures {self.infra_failures})"
+            missing = "after RL" if self.rl is None else "before RL to compare with"
+            return f"{shown} (no evaluation {missing}; infra failures {self.infra_failures})"
         return (
             f"{shown} (RL {_pts(self.rl_gain)}, 95% CI {_pts(self.ci_low, unit=False)}.."
             f"{_pts(self.ci_high, unit=False)}; n={self.n}; infra failures "

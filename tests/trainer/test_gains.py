@@ -81,3 +81,12 @@ def test_a_run_without_an_evaluation_after_rl_says_so() -> None:
         "0) in 1.0 min"
     )
     assert account([]).line("q", 1.0) == "q: no held-out success measured in 1.0 min"
+
+
+def test_a_run_evaluated_only_after_rl_says_what_is_missing() -> None:
+    gains = account([point(4, "main", RL)])  # eval.before off, no warm start
+    assert gains.rl is not None and gains.rl_gain is None
+    assert gains.line("q", 1.0) == (
+        "q: held-out success RL 75% (no evaluation before RL to compare with; infra failures 0) "
+        "in 1.0 min"
+    )
