@@ -10,7 +10,7 @@ default), one side after the other in this process, on the same torch threads:
   it, both results are evaluated against it;
 * the tasks: the quickstart's 512 synthetic-math training tasks, update k of either side on the
   same 8 (honing's `TaskMixer` order at the seed; trl's dataset in that order, unshuffled); the
-  episode: honing's math environment (calculator, answer; up to 2 model turns of up to 48 tokens
+  episode: honing's math environment (calculator, answer; up to 2 model turns of up to 44 tokens
   at the quickstart's temperature), its tokens rendered exactly as honing's agent renders them;
 * the reward: the environment's judge on the final answer (`honing.tasks.mathcheck`, 1 or 0);
 * the update: GRPO, 8 tasks x 4 samples per step, LoRA r 16 / alpha 32 on q/k/v/o of the top 12
@@ -31,7 +31,7 @@ How each side trains
   generation (`per_device_train_batch_size` 8 x `gradient_accumulation_steps` 4: one forward of
   32 sequences over the 49k-token vocabulary takes ~12 GB; honing's learner micro-batches too),
   `learning_rate` and `temperature` (sampling and scoring) the quickstart's, `lr_scheduler_type`
-  constant, `max_grad_norm` 1.0 (= default), `generation_kwargs` max_new_tokens 48 (a turn),
+  constant, `max_grad_norm` 1.0 (= default), `generation_kwargs` max_new_tokens 44 (a turn),
   `max_tool_calling_iterations` 1 (2 turns), `max_completion_length` 2048 (all turns: honing's
   max_total_tokens), `bf16` off (default on), `activation_checkpointing` off (default on; on 135M
   parameters it only costs time), `shuffle_dataset` off (the order above), `use_cpu`, and the
