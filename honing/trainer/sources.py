@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 
 
 def load_source(name: str, source: TaskSource, *, heldout: bool = False) -> TaskSet:
-    """The tasks of one configured source, filtered by tags and limit; never empty. A held-out
-    source of synthetic-math is worded as training never is, unless its `phrasings` says."""
+    """The tasks of one configured source, filtered by tags and limit; never empty. About half
+    of a held-out synthetic-math source is worded as training never is, unless its `phrasings`
+    says otherwise."""
     if source.tasks.startswith(SYNTHETIC_PREFIX):
         from honing.tasks import synthetic, synthetic_repair, synthetic_sql
         from honing.tasks.builtin import SYNTHETIC_SEED, SYNTHETIC_SIZE
