@@ -21,7 +21,7 @@ covered: running it (`honing.trainer.loop`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import Field, model_validator
 
@@ -29,6 +29,7 @@ from honing.config import SandboxConfig, StrictModel
 from honing.envs.base import EnvConfig
 from honing.observe.sinks import ObserveConfig
 from honing.rollout.engines import Dtype
+from honing.tasks.synthetic import Phrasings
 from honing.trainer.config import LearnerConfig
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class TaskSource(StrictModel):
         default_factory=list, description="Keep only the tasks with at least one of these tags."
     )
     limit: int | None = Field(None, ge=1, description="Keep the first `limit` tasks.")
-    phrasings: Literal["train", "heldout"] | None = Field(
+    phrasings: Phrasings | None = Field(
         None,
         description="synthetic-math only: 'train' words every task as training does; 'heldout' "
         "words about half in ways training never does (tagged phrasing-unseen). Default: "

@@ -5,26 +5,19 @@ asserted."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from benchmark_scripts import load_benchmark
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "grpo_vs_trl.py"
 LAST_LINE = re.compile(r"grpo step: trl (\d+\.\d\d) s; honing (\d+\.\d\d) s; speedup (\d+\.\d)x")
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("grpo_vs_trl", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("grpo_vs_trl")
 
 
 def test_the_shared_reward(bench: ModuleType) -> None:

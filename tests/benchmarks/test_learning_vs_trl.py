@@ -4,24 +4,15 @@ and minutes of training per side) is not run here."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learning_vs_trl.py"
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("learning_vs_trl", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("learning_vs_trl")
 
 
 def test_the_last_line(bench: ModuleType) -> None:
