@@ -25,8 +25,9 @@ cached KV between slots (all reads before any write, so a swap is two moves).
   On CPU the projections run as oneDNN linears over weights reordered once into its blocked
   layout (`make_linear`). A prefix shared by a whole prefill batch (the system prompt; the whole
   prompt for the n samples of one task) is computed once (or not at all, when one row already
-  holds it) and its KV copied to every slot. Rows whose cached starts differ are prefilled
-  together, right-padded, each at its own positions with its own causal mask.
+  holds it) and its KV copied to every slot. The rest of a prefill batch runs as one pass, each
+  row at its own positions with its own causal mask: the projections and the MLP over the rows'
+  real tokens packed end to end, attention per row (right-padded to the longest).
   Shared-prefix reads ("cascade attention"): the decoder keeps one copy of the KV of a prefix
   every active row shares (the system prompt; taken at a prefill, when the active rows' common
   prefix is longer than what they share with the copy) and knows how many leading positions of
@@ -318,63 +319,68 @@ class LlamaDecoder:
     def _forward(
         self, first_slot: int, chunks: list[list[int]], starts: list[int], *, logits: bool
     ) -> torch.Tensor:
-        """Run `chunks` (right-padded) at positions starts[i].. of slots first_slot + i, whose
-        first `starts[i]` positions are already cached; the logits of each chunk's last token."""
-        b, longest = len(chunks), max(len(c) for c in chunks)
-        end = max(s + len(c) for s, c in zip(starts, chunks, strict=True))
+        """Run `chunks` at positions starts[i].. of slots first_slot + i, whose first
+        `starts[i]` positions are already cached; the logits of each chunk's last token.
+
+        The projections and the MLP run on the chunks' real tokens only, packed end to end
+        (chunks of unequal length are not padded there: the first turns of an evaluation have
+        goals of 16 to 40 tokens, and padding them all to the longest doubled the work);
+        attention runs per row, right-padded, each row over its own slot's keys."""
+        b, lens = len(chunks), [len(c) for c in chunks]
+        longest = max(lens)
+        end = max(s + n for s, n in zip(starts, lens, strict=True))
         self._ensure_capacity(end)
-        ids = torch.zeros((b, longest), dtype=torch.long)  # right-padded: pads sit after the
-        for i, c in enumerate(chunks):  # prompt, masked by causality, overwritten by decoding
-            ids[i, : len(c)] = torch.tensor(c)
-        ids = ids.to(self.device)
-        x = F.embedding(ids, self.embed)  # [b, P, hidden]
+        device = self.device
+        ids = torch.tensor([t for c in chunks for t in c], device=device)  # [N]
+        at = torch.cat([torch.arange(s, s + n) for s, n in zip(starts, lens, strict=True)])
+        at = at.to(device)  # [N]: each token's position
+        slot = torch.repeat_interleave(
+            torch.arange(first_slot, first_slot + b), torch.tensor(lens)
+        ).to(device)  # [N]: each token's slot
+        padded = any(n != longest for n in lens)
+        # Row i, column j of the padded layout holds chunk i's token j when real[i, j].
+        real = (
+            torch.arange(longest, device=device)[None, :]
+            < torch.tensor(lens, device=device)[:, None]
+        )
+        x = F.embedding(ids, self.embed)  # [N, hidden]
+        cos, sin = self.cos[at][:, None, :], self.sin[at][:, None, :]
         rows = slice(first_slot, first_slot + b)
-        keys_at = torch.arange(end, device=self.device)
-        uniform = len(set(starts)) == 1
-        if uniform:  # one start (0 for fresh prompts): slices, and a plain causal mask at 0
+        keys_at = torch.arange(end, device=device)
+        if len(set(starts)) == 1:  # one start (0 for fresh prompts): a plain causal mask at 0
             start = starts[0]
-            cos, sin = self.cos[start:end, None, :], self.sin[start:end, None, :]
-            # Query i (position start + i) sees keys 0..start + i.
-            queries_at = torch.arange(start, end, device=self.device)
-            mask = keys_at[None, :] <= queries_at[:, None] if start else None
-        else:  # ragged: each row at its own positions; only real tokens are written
-            at = torch.tensor(starts, device=self.device)[:, None] + torch.arange(
-                longest, device=self.device
+            # Query i (position start + i) sees keys 0..start + i; a padding query sees as much.
+            queries_at = torch.arange(start, start + longest, device=device)
+            mask = keys_at[None, :] <= queries_at[:, None] if start or end > longest else None
+        else:  # ragged: each row at its own positions (padding queries see keys, not used)
+            row_at = torch.tensor(starts, device=device)[:, None] + torch.arange(
+                longest, device=device
             )  # [b, P]
-            real = (
-                torch.arange(longest, device=self.device)[None, :]
-                < torch.tensor([len(c) for c in chunks], device=self.device)[:, None]
-            )
-            table_at = at.clamp(max=self.cos.shape[0] - 1)  # pads past the table: masked out
-            cos, sin = self.cos[table_at][:, :, None, :], self.sin[table_at][:, :, None, :]
-            write_rows = (first_slot + torch.arange(b, device=self.device))[:, None].expand(
-                b, longest
-            )[real]
-            write_at = at[real]
-            mask = (keys_at[None, None, :] <= at[:, :, None])[:, None]  # [b, 1, P, end]
+            mask = (keys_at[None, None, :] <= row_at[:, :, None])[:, None]  # [b, 1, P, end]
         for layer, (in_w, qkv, o_proj, post_w, gate_up, down) in enumerate(self.layers):
-            q, k, v = self._qkv(self._norm(x, in_w), qkv, cos, sin)
-            if uniform:
-                self.k[layer, rows, :, start:end] = k.transpose(1, 2)
-                self.v[layer, rows, :, start:end] = v.transpose(1, 2)
+            q, k, v = self._qkv(self._norm(x, in_w), qkv, cos, sin)  # [N, heads or kv, dim]
+            self.k[layer][slot, :, at] = k
+            self.v[layer][slot, :, at] = v
+            if padded:
+                q_rows = q.new_zeros((b, longest, self.n_heads, self.head_dim))
+                q_rows[real] = q
             else:
-                self.k[layer][write_rows, :, write_at] = k[real]
-                self.v[layer][write_rows, :, write_at] = v[real]
+                q_rows = q.view(b, longest, self.n_heads, self.head_dim)
             attn = F.scaled_dot_product_attention(
-                q.transpose(1, 2),  # [b, heads, P, dim]
+                q_rows.transpose(1, 2),  # [b, heads, P, dim]
                 self.k[layer, rows, :, :end],
                 self.v[layer, rows, :, :end],
                 attn_mask=mask,
                 is_causal=mask is None,
                 enable_gqa=True,
-            )
-            x = x + o_proj(attn.transpose(1, 2).reshape(b, longest, -1))
+            ).transpose(1, 2)  # [b, P, heads, dim]
+            attn = attn[real] if padded else attn.reshape(b * longest, self.n_heads, -1)
+            x = x + o_proj(attn.reshape(len(at), -1))
             x = self._mlp(x, post_w, gate_up, down)
         if not logits:
             return x
-        last = torch.tensor([len(c) - 1 for c in chunks], device=self.device)
-        x = x[torch.arange(b, device=self.device), last]
-        return self.lm_head(self._norm(x, self.final_norm)).float()
+        last = torch.tensor(lens, device=device).cumsum(0) - 1
+        return self.lm_head(self._norm(x[last], self.final_norm)).float()
 
     def decode(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
         n, length = len(tokens), max(positions) + 1
