@@ -322,10 +322,10 @@ class LlamaDecoder:
         """Run `chunks` at positions starts[i].. of slots first_slot + i, whose first
         `starts[i]` positions are already cached; the logits of each chunk's last token.
 
-        The projections and the MLP run on the chunks' real tokens only, packed end to end
-        (chunks of unequal length are not padded there: the first turns of an evaluation have
-        goals of 16 to 40 tokens, and padding them all to the longest doubled the work);
-        attention runs per row, right-padded, each row over its own slot's keys."""
+        The projections and the MLP run on the chunks' real tokens only, packed end to end:
+        prompts that share a system prompt differ in goals of unequal length (16 to 39 tokens in
+        an evaluation of 127), and padding each to the longest doubled that work. Attention runs
+        per row, right-padded, each row over its own slot's keys."""
         b, lens = len(chunks), [len(c) for c in chunks]
         longest = max(lens)
         end = max(s + n for s, n in zip(starts, lens, strict=True))
@@ -351,7 +351,7 @@ class LlamaDecoder:
             start = starts[0]
             # Query i (position start + i) sees keys 0..start + i; a padding query sees as much.
             queries_at = torch.arange(start, start + longest, device=device)
-            mask = keys_at[None, :] <= queries_at[:, None] if start or end > longest else None
+            mask = keys_at[None, :] <= queries_at[:, None] if start else None
         else:  # ragged: each row at its own positions (padding queries see keys, not used)
             row_at = torch.tensor(starts, device=device)[:, None] + torch.arange(
                 longest, device=device
