@@ -77,7 +77,9 @@ honing runs 3x the updates (45-70 s against ~240 s each: trl's generation 100-12
 ~120 s) and gains 1.5x trl's points; trl also got the budget's overrun (its third update ended at
 11.1 min). The goal of 2x is not met. An earlier run (commit 3863ad7, held-out set without
 unseen wordings) measured trl +27, honing +24 with 11 updates: the quickstart's constant lr
-2e-3, chosen for 6 updates, had carried honing past its best.
+2e-3, chosen for 6 updates, had carried honing past its best. Run again after the engine's
+prefill stopped padding (same seed, same settings): trl +23 (3 steps, 10.8 min), honing +31
+(10 steps, 8.2 min; 89/128), honing - trl +8 (95% CI +1..+14): 1.35x.
 
 Not measured: GPUs, vLLM, several seeds (run it again with `--seed`). The machine may be shared:
 the budget is wall-clock, so a busy machine gives both sides fewer updates.
