@@ -125,7 +125,7 @@ from honing.trainer.loop import StepReport, TaskMixer, train
 from honing.trainer.precision import decide
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.sft import tool_call_text
-from honing.trainer.sources import load_source, without_overlap
+from honing.trainer.sources import heldout_sets, load_source
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
 GROUPS_PER_STEP = 8  # tasks per update on both sides
@@ -281,15 +281,10 @@ def quickstart(seed: int) -> TrainConfig:
 
 
 def heldout_tasks(config: TrainConfig, limit: int | None) -> TaskSet:
-    """The quickstart's held-out set as `honing train` evaluates it (tasks seen in training or
+    """The quickstart's held-out set as `honing train` evaluates it (tasks asked in training or
     in the warm start left out), its first `limit` tasks."""
-    seen = [load_source(n, s) for n, s in config.train.items()]
-    if config.warm_start is not None and config.warm_start.traces is not None:
-        seen.append(load_source("warm_start", config.warm_start.traces))
-    [(name, source)] = config.heldout.items()
-    taskset = without_overlap(load_source(name, source, heldout=True), seen)
-    tasks = taskset.tasks[:limit] if limit is not None else taskset.tasks
-    return TaskSet(taskset.name, tasks, taskset.quarantined, taskset.total, taskset.origins)
+    [taskset] = heldout_sets(config, limit).values()
+    return taskset
 
 
 def task_order(config: TrainConfig, steps: int) -> list[AnyTask]:

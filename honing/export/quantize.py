@@ -56,7 +56,7 @@ class HeldoutScore:
 
     set: str
     passed: int
-    total: int
+    total: int  # judged episodes: the infra failures are left out
     infra_failed: int
     success: float | None  # None when no episode could be judged
 
@@ -73,8 +73,8 @@ class Measurement:
 
     @property
     def success(self) -> float | None:
-        """Pooled over the held-out sets."""
-        total = sum(s.total - s.infra_failed for s in self.heldout)
+        """Pooled over the held-out sets (their judged episodes)."""
+        total = sum(s.total for s in self.heldout)
         return sum(s.passed for s in self.heldout) / total if total else None
 
 
@@ -101,10 +101,11 @@ class Comparison:
 def _percent(m: Measurement) -> str:
     s = m.success
     if s is None:
-        return "n/a"
+        return f"n/a (infra failures {sum(h.infra_failed for h in m.heldout)})"
     passed = sum(h.passed for h in m.heldout)
     total = sum(h.total for h in m.heldout)
-    return f"{100 * s:.0f}% ({passed}/{total})"
+    infra = sum(h.infra_failed for h in m.heldout)
+    return f"{100 * s:.0f}% ({passed}/{total}; infra failures {infra})"
 
 
 # -- quantising --------------------------------------------------------------------------------
@@ -224,23 +225,6 @@ def load_dequantised(directory: Path, dtype: ExportDtype) -> tuple[Any, Any]:
     return model, AutoTokenizer.from_pretrained(str(directory))
 
 
-def heldout_sets(config: TrainConfig, limit: int | None) -> dict[str, Any]:
-    """The run's held-out sets as `honing train` evaluates them: training tasks (warm-start
-    traces included) left out; the first `limit` tasks of each when given."""
-    from honing.trainer.sources import load_source, without_overlap
-
-    seen = [load_source(n, s) for n, s in config.train.items()]
-    if config.warm_start is not None and config.warm_start.traces is not None:
-        seen.append(load_source("warm_start", config.warm_start.traces))
-    sets = {}
-    for name, source in config.heldout.items():
-        taskset = without_overlap(load_source(name, source, heldout=True), seen)
-        if limit is not None:
-            taskset.tasks = taskset.tasks[:limit]
-        sets[name] = taskset
-    return sets
-
-
 async def heldout_scores(
     config: TrainConfig,
     directory: Path,
@@ -305,6 +289,7 @@ def compare(
 ) -> Comparison:
     """Measure both directories (see the module docstring)."""
     from honing.sandbox import SandboxPool
+    from honing.trainer.sources import heldout_sets
 
     sets = heldout_sets(config, heldout_limit)
     labels = {reference: dtype, quantised: "int8"}

@@ -12,10 +12,15 @@ duplicate content are quarantined too. What this module does not do is run refer
 
 The version of a task set is a hash of its valid tasks' normalised content (sorted by id), so the
 same tasks give the same version whatever file format or order they came in.
+
+`question_key(task)` says what a task asks whatever its wording (a math task with a calculation in
+its metadata: that calculation, commutative operands in a fixed order; any other task: its
+prompt); held-out sets are kept apart from training by it (`honing.trainer.sources`).
 """
 
 from __future__ import annotations
 
+import ast
 import gzip
 import hashlib
 import json
@@ -168,6 +173,40 @@ def _without_nulls(value: Any) -> Any:
 def _content_key(task: AnyTask) -> str:
     content = task.model_dump(mode="json", exclude={"id", "tags", "metadata", "reference"})
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def question_key(task: AnyTask) -> str:
+    """What `task` asks, whatever its wording: two tasks with the same key are the same problem.
+
+    A math task whose metadata holds its calculation (`expression`, as the synthetic generator
+    writes it) is keyed by that calculation, with the operands of `+` and `*` in a fixed order
+    ("Add 12 and 30" and "What is 30 plus 12?" are one problem); any other task, or an
+    expression that is not plain arithmetic, by its domain and prompt."""
+    expression = task.metadata.get("expression") if task.domain == "math" else None
+    if isinstance(expression, str):
+        try:
+            return f"math:{_canonical(ast.parse(expression, mode='eval').body)}"
+        except (SyntaxError, ValueError, RecursionError):
+            pass
+    return f"{task.domain}:{task.prompt}"
+
+
+def _canonical(node: ast.expr) -> str:
+    """An arithmetic expression's text with each `+` and `*` node's two sides sorted."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return repr(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return f"(-{_canonical(node.operand)})"
+    if isinstance(node, ast.BinOp):
+        symbols = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+                   ast.Mod: "%", ast.Pow: "**"}  # fmt: skip
+        symbol = symbols.get(type(node.op))
+        if symbol is not None:
+            left, right = _canonical(node.left), _canonical(node.right)
+            if symbol in ("+", "*"):
+                left, right = sorted((left, right))
+            return f"({left} {symbol} {right})"
+    raise ValueError(f"not plain arithmetic: {ast.dump(node)}")
 
 
 def _field_errors(exc: ValidationError) -> list[tuple[str, str]]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal, TypeVar
 
-from honing.tasks.load import AnyTask, TaskSet, tasks_from_rows
+from honing.tasks.load import AnyTask, TaskSet, question_key, tasks_from_rows
 from honing.tasks.schema import CodeTask, MathTask, ToolsTask
 from honing.tasks.toolcalls import TOOL_FUNCTIONS
 
@@ -54,6 +54,10 @@ def _rng(domain: str, seed: int) -> random.Random:
 
 
 def _content_key(task: AnyTask) -> str:
+    """Two tasks with the same key are one problem: a math task's calculation, whatever its
+    wording (`question_key`); any other task's content."""
+    if task.domain == "math":
+        return question_key(task)
     return json.dumps(
         task.model_dump(mode="json", exclude={"id", "tags", "metadata", "reference"}),
         sort_keys=True,

@@ -87,7 +87,7 @@ from honing.trainer.gains import BEFORE, WARM_START, EvalPoint, Gains, account, 
 from honing.trainer.learner import Learner, LearnerStats, MatchReport, check_logprob_match
 from honing.trainer.precision import MATCH_THRESHOLD, SERVER, RunPrecision, decide
 from honing.trainer.run_config import TrainConfig
-from honing.trainer.sources import load_source, without_overlap
+from honing.trainer.sources import heldout_sets, load_source
 from honing.trainer.sync import sync_weights
 
 log = logging.getLogger(__name__)
@@ -135,9 +135,9 @@ class StepReport:
     phase: str
     sources: dict[str, int]  # groups per source
     episodes: int
-    success_rate: float
+    success_rate: float | None  # over the episodes the infrastructure did not fail; None: none
     reward_mean: float
-    infra_errors: int
+    infra_errors: int  # episodes left out of the success rate
     rollout_s: float
     update_s: float
     sync_s: float
@@ -273,20 +273,20 @@ class _EvalProgress:
 
     def __init__(self, name: str, total: int, live: RunProgress | None = None) -> None:
         self.name, self.total, self.live = name, total, live
-        self.done = self.passed = 0
+        self.done = self.passed = self.infra = 0
         self.outcomes: dict[str, bool] = {}  # TASK#SAMPLE -> solved, judged episodes only
 
     def __call__(self, episode: Episode) -> None:
         self.done += 1
         self.passed += int(episode.success)
+        self.infra += int(episode.infra_failed)
         if not episode.infra_failed:
             self.outcomes[f"{episode.task_id}#{episode.sample}"] = episode.success
         if self.live is not None:
             self.live.activity(f"eval {self.name} {self.done}/{self.total}")
         if self.done % max(1, self.total // 4) == 0 and self.done < self.total:
-            log.info(
-                "eval %s: %d/%d episodes, %d passed", self.name, self.done, self.total, self.passed
-            )
+            log.info("eval %s: %d/%d episodes, %d passed, infra failures %d", self.name,
+                     self.done, self.total, self.passed, self.infra)  # fmt: skip
 
 
 class Trainer:
@@ -319,13 +319,7 @@ class Trainer:
         self.progress = progress
         self.env_config = config.env.model_copy(update={"max_steps": config.agent.max_turns})
         self.train_sets = {n: load_source(n, s) for n, s in config.train.items()}
-        seen = list(self.train_sets.values())  # held-out sets stay unseen, warm start included
-        if config.warm_start is not None and config.warm_start.traces is not None:
-            seen.append(load_source("warm_start", config.warm_start.traces))
-        self.heldout = {
-            n: without_overlap(load_source(n, s, heldout=True), seen)
-            for n, s in config.heldout.items()
-        }
+        self.heldout = heldout_sets(config)  # unseen: nothing trained on asks their tasks
         self.mixer = TaskMixer(
             self.train_sets, {n: s.weight for n, s in config.train.items()}, config.seed
         )
@@ -386,13 +380,14 @@ class Trainer:
             )
             unseen = point.by_tag.get(UNSEEN_TAG)
             log.info(
-                "eval %s (%s): success %s (%d/%d)%s, well-formed actions %s, %.1f steps per "
-                "episode, in %.0f s",
+                "eval %s (%s): success %s (%d/%d; infra failures %d)%s, well-formed actions %s, "
+                "%.1f steps per episode, in %.0f s",
                 name,
                 phase,
                 _percent(e2e.success_rate),
                 e2e.passed,
                 e2e.total,
+                e2e.infra_failed,
                 f"; worded as training never is {_percent(unseen[0] / unseen[1])} "
                 f"({unseen[0]}/{unseen[1]})"
                 if unseen and unseen[1]
@@ -489,9 +484,9 @@ class Trainer:
             phase=phase.name,
             sources=sources,
             episodes=len(trajectories),
-            success_rate=sum(t.success for t in trajectories) / max(1, len(trajectories)),
+            success_rate=_success_rate(trajectories),
             reward_mean=sum(t.reward for t in trajectories) / max(1, len(trajectories)),
-            infra_errors=sum(t.ending.value == "infra_error" for t in trajectories),
+            infra_errors=sum(t.infrastructure_failed for t in trajectories),
             rollout_s=rollout_s,
             update_s=stats.seconds,
             sync_s=sync.seconds,
@@ -576,6 +571,7 @@ class Trainer:
             self.progress.step(
                 r.step,
                 success=r.success_rate,
+                infra=r.infra_errors,
                 reward=r.reward_mean,
                 tokens_per_s=tokens_per_s,
                 episodes_per_s=episodes_per_s,
@@ -731,12 +727,13 @@ class Trainer:
         eta = per_step * (total - r.step)
         s = r.stats
         log.info(
-            "step %d/%d [%s] success %.0f%% reward %.3f | loss %.4f entropy %.3f grad %.3f "
-            "groups kept %d/%d | rollout %.0fs update %.0fs sync %.2fs | ETA %.1f min",
+            "step %d/%d [%s] success %s (infra failures %d) reward %.3f | loss %.4f entropy %.3f "
+            "grad %.3f groups kept %d/%d | rollout %.0fs update %.0fs sync %.2fs | ETA %.1f min",
             r.step,
             total,
             r.phase,
-            100 * r.success_rate,
+            _percent(r.success_rate),
+            r.infra_errors,
             r.reward_mean,
             s.loss,
             s.entropy,
@@ -752,6 +749,12 @@ class Trainer:
 
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def _success_rate(trajectories: Sequence[Trajectory]) -> float | None:
+    """Successes over the episodes the infrastructure did not fail (None when it failed all)."""
+    judged = [t for t in trajectories if not t.infrastructure_failed]
+    return sum(t.success for t in judged) / len(judged) if judged else None
 
 
 def result_json(result: TrainResult, name: str) -> dict[str, Any]:

@@ -2,7 +2,12 @@
 
     load_source(name, TaskSource(tasks="synthetic-math", count=256, seed=1))   -> TaskSet
     load_source(name, source, heldout=True)   -> a held-out set (synthetic-math: unseen wordings)
-    without_overlap(heldout, [train, ...])   -> the held-out tasks no training set contains
+    without_overlap(heldout, [train, ...], chats)   -> the held-out tasks nothing trained on asks
+    heldout_sets(config)   -> a run's held-out sets as `honing train` evaluates them
+
+A held-out task is left out when a training task asks the same (`honing.tasks.load.question_key`:
+the same calculation in other words counts), or when its prompt appears in a user message of the
+warm start's chat data (`warm_start.data`), where only the wording is known.
 
 Not covered: mixing sources over a run (`honing.trainer.loop.TaskMixer`).
 """
@@ -14,8 +19,8 @@ import logging
 from collections.abc import Callable, Sequence
 
 from honing.errors import ConfigError
-from honing.tasks.load import AnyTask, TaskSet, load_tasks
-from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource
+from honing.tasks.load import AnyTask, TaskSet, load_tasks, question_key
+from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +68,50 @@ def load_source(name: str, source: TaskSource, *, heldout: bool = False) -> Task
     return TaskSet(taskset.name, tasks, taskset.quarantined, taskset.total, taskset.origins)
 
 
-def without_overlap(heldout: TaskSet, train: Sequence[TaskSet]) -> TaskSet:
-    """The held-out tasks whose prompt appears in no training set (a held-out set must be
-    unseen); the number dropped is logged."""
-    seen = {t.prompt for ts in train for t in ts.tasks}
-    kept = [t for t in heldout.tasks if t.prompt not in seen]
+def without_overlap(
+    heldout: TaskSet, train: Sequence[TaskSet], chats: Sequence[str] = ()
+) -> TaskSet:
+    """The held-out tasks that no training task asks (`question_key`: the same problem in other
+    words is the same task) and whose prompt no text of `chats` (user messages trained on)
+    contains; the number dropped is logged. A held-out set must be unseen."""
+    seen = {question_key(t) for ts in train for t in ts.tasks}
+    kept = [
+        t
+        for t in heldout.tasks
+        if question_key(t) not in seen and not any(t.prompt in text for text in chats)
+    ]
     if len(kept) < len(heldout.tasks):
         log.info(
-            "held-out %s: %d task(s) also in the training sources, left out",
+            "held-out %s: %d task(s) also asked in training or the warm start, left out",
             heldout.name,
             len(heldout.tasks) - len(kept),
         )
     if not kept:
-        raise ConfigError(f"held-out set {heldout.name!r}: every task is also a training task")
+        raise ConfigError(
+            f"held-out set {heldout.name!r}: every task is also asked in training or the warm "
+            "start; use another seed or source for it"
+        )
     return TaskSet(heldout.name, kept, heldout.quarantined, heldout.total, heldout.origins)
+
+
+def heldout_sets(config: TrainConfig, limit: int | None = None) -> dict[str, TaskSet]:
+    """The run's held-out sets as `honing train` evaluates them: tasks that training or the warm
+    start (its traces, or the user messages of its chat data) asks are left out; the first
+    `limit` tasks of each when given."""
+    seen = [load_source(n, s) for n, s in config.train.items()]
+    chats: list[str] = []
+    warm = config.warm_start
+    if warm is not None and warm.traces is not None:
+        seen.append(load_source("warm_start", warm.traces))
+    if warm is not None and warm.data is not None:
+        from honing.trainer.sft import load_chat_data  # torch: only when a run has chat data
+
+        examples = load_chat_data(str(warm.data))
+        chats = [m.content for e in examples for m in e.messages if m.role == "user"]
+    sets = {}
+    for name, source in config.heldout.items():
+        taskset = without_overlap(load_source(name, source, heldout=True), seen, chats)
+        if limit is not None:
+            taskset.tasks = taskset.tasks[:limit]
+        sets[name] = taskset
+    return sets

@@ -1,14 +1,23 @@
-"""Task sources of a run: synthetic-math held-out sets are worded as training never is."""
+"""Task sources of a run: synthetic-math held-out sets are worded as training never is, and a
+held-out set keeps out every task that training or the warm start asks, in any words."""
 
 from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from honing.tasks.synthetic import UNSEEN_TAG
+from honing.errors import ConfigError
+from honing.tasks.load import question_key
+from honing.tasks.schema import MathTask
+from honing.tasks.synthetic import UNSEEN_TAG, generate_math_tasks
 from honing.trainer.gains import tag_scores
-from honing.trainer.run_config import TaskSource
-from honing.trainer.sources import load_source
+from honing.trainer.run_config import TaskSource, TrainConfig
+from honing.trainer.sources import heldout_sets, load_source
 
 
 def test_a_heldout_source_gets_unseen_wordings_and_a_training_source_none() -> None:
@@ -45,3 +54,83 @@ def test_tag_scores_count_each_episode_under_each_of_its_tasks_tags() -> None:
     tags = {"a": ["x", UNSEEN_TAG], "b": ["x"], "c": [UNSEEN_TAG]}
     assert tag_scores(outcomes, tags) == {"x": (2, 3), UNSEEN_TAG: (1, 3)}
     assert tag_scores({}, tags) == {}
+
+
+def math_task(task_id: str, prompt: str, answer: int, expression: str | None) -> MathTask:
+    metadata = {"expression": expression} if expression is not None else {}
+    return MathTask(id=task_id, prompt=prompt, answer=str(answer), metadata=metadata)
+
+
+def test_a_question_is_its_calculation_whatever_the_wording() -> None:
+    add = math_task("a", "Add 12 and 30.", 42, "12 + 30")
+    assert question_key(add) == question_key(math_task("b", "What is 30 plus 12?", 42, "30 + 12"))
+    assert question_key(add) != question_key(math_task("c", "Add 12 and 31.", 43, "12 + 31"))
+    take = math_task("d", "Subtract 12 from 30.", 18, "30 - 12")
+    assert question_key(take) != question_key(math_task("e", "What is 12 - 30?", -18, "12 - 30"))
+    nested = math_task("f", "x", 1260, "(12 + 30) * 30")
+    assert question_key(nested) == question_key(math_task("g", "y", 1260, "30 * (30 + 12)"))
+    # without a calculation (or with one that is not plain arithmetic) the wording is the question
+    assert question_key(math_task("h", "Add 12 and 30.", 42, None)) != question_key(add)
+    odd = math_task("i", "Add 12 and 30.", 42, "sum([12, 30])")
+    assert question_key(odd) == question_key(math_task("j", "Add 12 and 30.", 42, None))
+
+
+def test_synthetic_math_never_asks_one_calculation_twice() -> None:
+    tasks = generate_math_tasks(2048, 5, "heldout")
+    assert len({question_key(t) for t in tasks}) == len(tasks)
+
+
+def tasks_file(path: Path, rows: list[tuple[str, str, int, str]]) -> str:
+    lines = [
+        {"id": i, "domain": "math", "prompt": p, "answer": str(a), "metadata": {"expression": e}}
+        for i, p, a, e in rows
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return str(path)
+
+
+def chat_file(path: Path, user_texts: list[str]) -> str:
+    rows = [
+        {"messages": [{"role": "user", "content": t}, {"role": "assistant", "content": "ok"}]}
+        for t in user_texts
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def config(tmp_path: Path, **settings: Any) -> TrainConfig:
+    train = tasks_file(tmp_path / "train.jsonl", [("t1", "Add 12 and 30.", 42, "12 + 30")])
+    heldout = tasks_file(
+        tmp_path / "heldout.jsonl",
+        [
+            ("h1", "What is 30 plus 12?", 42, "30 + 12"),  # training's problem, other words
+            ("h2", "What is 7 times 6?", 42, "7 * 6"),  # in the warm start's chat data
+            ("h3", "What is 50 minus 8?", 42, "50 - 8"),  # unseen
+        ],
+    )
+    values: dict[str, Any] = {
+        "out": str(tmp_path / "run"),
+        "train": {"math": {"tasks": train}},
+        "heldout": {"math": {"tasks": heldout}},
+        "steps": 1,
+        **settings,
+    }
+    return TrainConfig.model_validate(values)
+
+
+def test_heldout_sets_leave_out_what_training_and_the_warm_start_ask(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert [t.id for t in heldout_sets(config(tmp_path))["math"].tasks] == ["h2", "h3"]
+    chats = chat_file(tmp_path / "warm.jsonl", ["Please solve: What is 7 times 6? Use the tools."])
+    with caplog.at_level(logging.INFO, logger="honing.trainer.sources"):
+        sets = heldout_sets(config(tmp_path, warm_start={"data": chats}))
+    assert [t.id for t in sets["math"].tasks] == ["h3"]
+    assert "2 task(s) also asked in training or the warm start" in caplog.text
+    assert [t.id for t in heldout_sets(config(tmp_path), limit=1)["math"].tasks] == ["h2"]
+
+
+def test_a_heldout_set_that_training_covers_entirely_is_an_error(tmp_path: Path) -> None:
+    chats = chat_file(tmp_path / "warm.jsonl", ["What is 7 times 6?", "What is 50 minus 8?"])
+    with pytest.raises(ConfigError, match="every task is also asked in training"):
+        heldout_sets(config(tmp_path, warm_start={"data": chats}))
