@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,9 @@ from honing.errors import CellCrashed, SandboxUnavailable
 from honing.sandbox.cgroups import CellCgroup
 from honing.sandbox.launch import Launcher, clean_env
 
+log = logging.getLogger(__name__)
 START_TIMEOUT_S = 30.0
+CGROUP_RELEASE_S = 5.0  # how long a closed cell's processes may take to leave its cgroup
 CELL_PROCESSES = 2  # bubblewrap's monitor and the zygote, counted in the cell's pids cgroup
 # A reply holds both streams JSON-escaped (a control byte becomes 6 characters).
 READER_LIMIT = 1 << 31
@@ -164,4 +168,21 @@ class Cell:
                 await asyncio.wait_for(proc.wait(), 2)
         await self.kill()
         if self.cgroup is not None:
-            self.cgroup.remove()
+            await self._remove_cgroup()
+
+    async def _remove_cgroup(self) -> None:
+        """Remove the cell's groups once they are empty. The cell's processes die with its pid
+        namespace, shortly after bubblewrap; a group removed too early would stay behind, one
+        per replaced cell, for as long as the pool runs."""
+        assert self.cgroup is not None
+        deadline = time.monotonic() + CGROUP_RELEASE_S
+        while not self.cgroup.remove():
+            if time.monotonic() > deadline:
+                log.warning(
+                    "sandbox cell %s: its cgroup still holds processes %.0f s after the cell "
+                    "was killed; the pool removes it when it closes",
+                    self.name,
+                    CGROUP_RELEASE_S,
+                )
+                return
+            await asyncio.sleep(0.005)

@@ -87,14 +87,24 @@ class CellCgroup:
         if self.pids is not None:
             (self.pids / "pids.max").write_text(str(n))
 
-    def remove(self) -> None:
+    def remove(self) -> bool:
+        """Close the control files and remove the groups. False while a group still holds a
+        process (the kernel lets go of a killed cell's processes a little after it is killed):
+        call again later."""
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        removed = True
         for d in (self.memory, self.pids):
-            if d is not None:
-                with contextlib.suppress(OSError):
-                    d.rmdir()
+            if d is None:
+                continue
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                removed = False
+        return removed
 
 
 def _remove_stale(parent: Path) -> None:

@@ -19,10 +19,21 @@ has no handler, so every handler here stays at its default), and `kill(-1, SIGKI
 ends every other process in the namespace — the job, its children, and any grandchild that
 daemonised itself — so no process of a job outlives it. Without isolation (development mode) the
 zygote is an ordinary process: it kills the job's process group and its adopted orphans instead.
+
+A job runs as `python -E FILE` would (`_Program`, `_exec_main`, `_finalize`): `__file__` absolute,
+its directory first on sys.path, exit()/quit() defined, SIGINT raising KeyboardInterrupt. Once the
+main module ends, the child finalises as Py_FinalizeEx does: stdout/stderr flushed, the uncaught
+exception through sys.excepthook (SystemExit: None → 0, int → code & 0xFF, else printed → 1), the
+non-daemon threads joined (bounded by the job's wall-clock limit: a thread that never ends is a
+timeout), atexit handlers run, streams flushed (a failure → 120), what `__main__` held finalised,
+then `os._exit`; an uncaught KeyboardInterrupt ends it by SIGINT. Not done: finalising other
+modules' objects. Work that needs no job state happens before the fork (page faults after it).
 """
 
 from __future__ import annotations
 
+import _signal
+import builtins
 import contextlib
 import ctypes
 import errno
@@ -35,6 +46,7 @@ import os
 import resource
 import select
 import signal
+import site
 import sys
 import time
 import traceback
@@ -51,6 +63,7 @@ COMPILE_IN_PARENT_MAX = 256 * 1024  # characters
 PREIMPORT = (
     "typing", "re", "math", "collections", "itertools", "functools", "string", "heapq", "bisect",
     "random", "hashlib", "copy", "operator",
+    "ast",  # traceback imports it (3.11+) for every uncaught exception: ~4 ms a failing job
 )  # fmt: skip
 # Heavier modules (unittest, decimal, statistics…) cost more in fork time than they save.
 
@@ -201,6 +214,10 @@ class Zygote:
         for name in self.preload:  # asked for by the pool: a failure here is the pool's error
             importlib.import_module(name)
         compile("pass", "<warm-up>", "exec")  # the first compile in a process is slow
+        # The builtins site.main() adds, which python -S leaves out: exit(), quit(), help()…
+        site.setquit()
+        site.setcopyright()
+        site.sethelper()
         # After every fork each page the zygote writes costs it a page fault, so its collector
         # stays off (it allocates little and rarely makes cycles; it collects between jobs
         # every GC_EVERY jobs). The child turns it back on for the program.
@@ -236,6 +253,8 @@ class Zygote:
         out.flush()
 
     def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        start = time.perf_counter()
+        program = _Program(job, self.workspace)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         if job["stdin"]:
@@ -244,20 +263,9 @@ class Zygote:
             os.lseek(stdin_fd, 0, os.SEEK_SET)
         else:
             stdin_fd = os.open(os.devnull, os.O_RDONLY)
-        start = time.perf_counter()
-        # Compile here, in the long-lived process, not in the child: a fresh fork pays ~3x for
-        # the parser's allocations (copy-on-write and first-touch page faults). The child
-        # inherits the code object; a compile error is the program's error, raised there.
-        # Sources past COMPILE_IN_PARENT_MAX compile in the child, under the job's own limits.
-        compiled: types.CodeType | Exception | None = None
-        if len(job["code"]) <= COMPILE_IN_PARENT_MAX:
-            try:
-                compiled = compile(job["code"], job["filename"], "exec")
-            except Exception as exc:  # SyntaxError, ValueError (NUL bytes), RecursionError…
-                compiled = exc
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
-            self._child(job, compiled, stdin_fd, out_w, err_w)
+            self._child(job, program, stdin_fd, out_w, err_w)
         os.close(out_w)
         os.close(err_w)
         os.close(stdin_fd)
@@ -266,6 +274,7 @@ class Zygote:
         finally:
             os.close(out_r)
             os.close(err_r)
+            program.forget()
 
     def _cleanup(self) -> None:
         """Leave nothing of the last job for the next: scratch directories, SysV IPC objects."""
@@ -381,7 +390,7 @@ class Zygote:
     def _child(
         self,
         job: dict[str, Any],
-        compiled: types.CodeType | Exception | None,
+        program: _Program,
         stdin_fd: int,
         out_w: int,
         err_w: int,
@@ -415,54 +424,276 @@ class Zygote:
             os.chdir(self.workspace)
             if job["env"]:
                 os.environ.update(job["env"])
+            # As python starts up (through _signal: the enum wrapper costs the child page faults)
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
             # sys.stdin/stdout/stderr already wrap fds 0-2 with empty buffers (the protocol runs
             # on duplicates), so after the dup2 calls above they are the job's streams as they are.
-            code = _exec_main(compiled, job["code"], job["filename"], job["argv"])
-        except BaseException:  # anything here is the job's failure
+        except BaseException:  # the job's setup failed: its failure, reported on its stderr
             with contextlib.suppress(BaseException):
                 traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except BaseException:
-                    code = code or 120
+                sys.stderr.flush()
+            os._exit(code)
+        interrupted = False
+        try:
+            # Not contextlib.suppress: each module the child runs code of costs it page faults.
+            try:  # noqa: SIM105
+                code, interrupted = _exec_main(program)
+            except BaseException:  # a signal's exception, raised while reporting: the code stays 1
+                pass
+            code = _finalize(code)
+        finally:  # whatever happened above, the child never returns into the zygote's loop
+            if interrupted:  # as python does after an uncaught KeyboardInterrupt: die of SIGINT
+                with contextlib.suppress(BaseException):
+                    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+                    os.kill(os.getpid(), _signal.SIGINT)
+                code = 128 + _signal.SIGINT
             os._exit(code)
 
 
-def _exec_main(
-    compiled: types.CodeType | Exception | None, source: str, filename: str, argv: list[str]
-) -> int:
-    """Run the program as `__main__` the way `python FILE` would; return the exit code."""
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    if compiled is None:
-        try:
-            compiled = compile(source, filename, "exec")
-        except Exception as exc:
-            compiled = exc
+# -- the job's side: running a program as `python FILE` does, from start to finalisation -----
+
+
+_MISSING = object()  # no `sys.excepthook` at all (a program may delete it)
+
+
+class _Program:
+    """One job's program, made ready in the zygote before the fork; the child only runs it.
+
+    The zygote compiles it (a fresh fork pays ~3x for the parser's allocations) and builds its
+    `__main__`, argv and sys.path: after the fork every page the child writes is a page fault
+    (refcounts and the specialising interpreter's counters included), while the zygote, with
+    no child alive, writes for free. A compile error is the program's, reported in the child.
+    Sources past COMPILE_IN_PARENT_MAX compile in the child, under the job's own limits.
+    """
+
+    def __init__(self, job: dict[str, Any], workspace: str) -> None:
+        self.source: str = job["code"]
+        filename: str = job["filename"]
+        # As `python FILE` (3.9+): an absolute __file__, its directory first on sys.path; a
+        # pseudo-name such as "<stdin>" stays as it is, with "" on sys.path.
+        if filename.startswith("<"):
+            self.path, import_dir = filename, ""
+        else:
+            self.path = os.path.join(workspace, filename)
+            import_dir = os.path.dirname(os.path.normpath(self.path))
+        self.argv = [filename, *job["argv"]]
+        self.sys_path = [import_dir, *sys.path]
+        self.main: types.ModuleType | None = types.ModuleType("__main__")
+        self.main.__dict__.update(
+            __annotations__={}, __builtins__=builtins, __file__=self.path, __cached__=None
+        )
+        self.compiled: types.CodeType | Exception | None = None
+        if len(self.source) <= COMPILE_IN_PARENT_MAX:
+            self.compile()
+
+    def compile(self) -> types.CodeType | Exception:
+        """Compile the source and put its lines where tracebacks and warnings look (linecache)."""
+        source, path = self.source, self.path
+        linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+        try:  # dont_inherit: the program must not get this module's `from __future__ ...`
+            self.compiled = compile(source, path, "exec", dont_inherit=True)
+        except Exception as exc:  # SyntaxError, ValueError (NUL bytes), RecursionError…
+            self.compiled = exc
+        return self.compiled
+
+    def forget(self) -> None:
+        """Undo in the zygote what preparing the program changed (the child has gone)."""
+        linecache.cache.pop(self.path, None)
+
+
+def _exec_main(program: _Program) -> tuple[int, bool]:
+    """Run the program as `__main__` the way `python FILE` does (pymain_run_file).
+
+    Returns the exit code and whether an uncaught KeyboardInterrupt ended the program (python
+    then dies of SIGINT once finalised). The uncaught exception goes through `sys.excepthook`.
+    """
+    compiled = program.compiled or program.compile()
     if isinstance(compiled, Exception):  # the source did not compile: report it as python does
-        traceback.print_exception(compiled.with_traceback(None))
-        return 1
-    main = types.ModuleType("__main__")
-    main.__file__ = filename
+        _flush_io()
+        code = _report_uncaught(compiled.with_traceback(None))
+        return (1 if code is None else code), False
+    # sys.modules holds the only reference, so that finalisation can free what the program left.
+    main, program.main = program.main, None
+    assert main is not None  # prepared by the zygote, taken once
+    namespace = main.__dict__
     sys.modules["__main__"] = main
-    sys.argv = [filename, *argv]
+    del main
+    sys.argv = program.argv
+    sys.path = program.sys_path
+    uncaught: BaseException | None = None
     try:
-        exec(compiled, main.__dict__)
+        exec(compiled, namespace)
     except SystemExit as exc:
-        if exc.code is None:
-            return 0
-        if isinstance(exc.code, int):
-            return exc.code & 0xFF
-        print(exc.code, file=sys.stderr)
-        return 1
+        _flush_io()
+        return _system_exit_code(exc), False  # python exits from here: __file__ stays set
     except BaseException as exc:
-        # Like python's own report, minus this frame; traceback (unlike the C hook) reads the
-        # source from linecache, where the program's text was put above.
-        tb = exc.__traceback__
-        traceback.print_exception(exc.with_traceback(tb.tb_next if tb else None))
-        return 1
-    return 0
+        uncaught = _without_first_frame(exc)
+    _flush_io()
+    code, interrupted = 0, False
+    if uncaught is not None:  # reported out of the except clause: no exception is "handled"
+        exit_code = _report_uncaught(uncaught)
+        if exit_code is not None:  # the hook raised SystemExit: python exits from there
+            return exit_code, False
+        code, interrupted = 1, type(uncaught) is KeyboardInterrupt  # exactly, as python checks
+        del uncaught
+    namespace.pop("__file__", None)  # python removes both once the file has run
+    namespace.pop("__cached__", None)
+    return code, interrupted
+
+
+def _flush_io() -> None:
+    """As python does once the file has run, before anything else: flush, ignoring errors."""
+    _flush(sys.stderr)  # an error is dropped here: flush_std_files reports it later
+    _flush(sys.stdout)
+
+
+def _system_exit_code(exc: SystemExit) -> int:
+    """The exit status of an uncaught SystemExit (as _Py_HandleSystemExit computes it)."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):  # C's (int)PyLong_AsLong: -1 when it does not fit a long
+        return code & 0xFF if -(2**63) <= code < 2**63 else 255
+    with contextlib.suppress(BaseException):
+        if sys.stderr is None:
+            os.write(2, f"{code}\n".encode(errors="replace"))
+        else:
+            print(code, file=sys.stderr)
+    return 1
+
+
+def _without_first_frame(exc: BaseException) -> BaseException:
+    """The exception as the program raised it: without this module's frame on top."""
+    tb = exc.__traceback__
+    return exc.with_traceback(tb.tb_next if tb else None)
+
+
+def _report_uncaught(exc: BaseException) -> int | None:
+    """Report an uncaught exception as _PyErr_PrintEx does: through `sys.excepthook`.
+
+    Returns an exit code when the hook raised SystemExit, else None.
+    """
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+    if sys.version_info >= (3, 12):
+        sys.last_exc = exc
+    hook: Any = getattr(sys, "excepthook", _MISSING)
+    if hook is _MISSING:
+        _write_stderr("sys.excepthook is missing\n")
+        _display(exc)
+    elif hook is sys.__excepthook__:
+        # The default hook, written in Python: it reads the program's source from linecache,
+        # where the C one (3.11, 3.12) looks for a file on disk that the program does not have.
+        _display(exc)
+    else:
+        try:
+            hook(type(exc), exc, exc.__traceback__)
+        except SystemExit as hook_exit:
+            return _system_exit_code(hook_exit)
+        except BaseException as hook_error:
+            _flush(sys.stdout)
+            _write_stderr("Error in sys.excepthook:\n")
+            _display(_without_first_frame(hook_error))
+            _write_stderr("\nOriginal exception was:\n")
+            _display(exc)
+    return None
+
+
+def _display(exc: BaseException) -> None:
+    with contextlib.suppress(BaseException):
+        if sys.stderr is not None:
+            traceback.print_exception(exc, file=sys.stderr)
+
+
+def _write_stderr(text: str) -> None:
+    with contextlib.suppress(BaseException):
+        if sys.stderr is not None:
+            sys.stderr.write(text)
+
+
+def _flush(stream: Any) -> Exception | None:
+    """Flush one of the std streams as flush_std_files does; the error, if the flush failed."""
+    try:
+        if stream is None or stream.closed:
+            return None
+    except Exception:  # no `closed` to read: python leaves such a stream alone
+        return None
+    try:
+        stream.flush()
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _finalize(code: int) -> int:
+    """Finish as Py_FinalizeEx does once the program has ended; return the exit status.
+
+    Joins non-daemon threads (the zygote's wall-clock limit bounds the wait), runs the atexit
+    handlers (their errors printed, the status unchanged), flushes stdout and stderr (a failure
+    makes the status 120, as in python), then lets the collector finalise what `__main__` held
+    (`__del__` methods run, files left open are flushed and closed) and flushes again, quietly.
+    Stops short of tearing the interpreter down: other modules' objects are not finalised.
+    """
+    threading = sys.modules.get("threading")  # no threads unless the program imported it
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException as exc:  # a signal handler's exception, say
+            _unraisable(_without_first_frame(exc), threading)
+    atexit = sys.modules.get("atexit")  # no handlers unless someone imported it
+    if atexit is not None:
+        atexit._run_exitfuncs()  # prints each handler's error as python does, and goes on
+    if not _flush_std_files():
+        code = 120
+    try:
+        # As finalize_modules: first drop the references sys keeps to the program's objects.
+        if getattr(sys, "last_value", None) is not None:
+            sys.last_type = sys.last_value = sys.last_traceback = None
+            if sys.version_info >= (3, 12):
+                sys.last_exc = None
+        if sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__:
+            sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
+        sys.modules.pop("__main__", None)
+        # Frozen at the fork, the zygote's own objects are in no generation; the program's are
+        # in the young ones unless a collection in the job moved some to the oldest. A full
+        # collection also empties the free lists: tens of page faults, so only when needed.
+        gc.collect(2 if gc.get_objects(2) else 1)
+    except BaseException as exc:  # a finaliser let a signal's exception through
+        _unraisable(exc, None)
+    # What finalisers printed: python flushes it as it frees the streams, errors unreported.
+    _flush(sys.stdout)
+    _flush(sys.stderr)
+    return code
+
+
+def _flush_std_files() -> bool:
+    """flush_std_files: a failure to flush stdout is reported, one of stderr is not."""
+    stdout_error = _flush(sys.stdout)
+    if stdout_error is not None:  # raised in C, as python sees it: no traceback
+        _unraisable(stdout_error.with_traceback(None), sys.stdout)
+    stderr_error = _flush(sys.stderr)
+    return stdout_error is None and stderr_error is None
+
+
+def _unraisable(exc: BaseException, obj: object) -> None:
+    """Report an error python cannot raise ("Exception ignored in: ..."), as its default hook."""
+    with contextlib.suppress(BaseException):
+        hook = sys.unraisablehook
+        if hook is not sys.__unraisablehook__:  # the program's: give it what it reads
+            args = types.SimpleNamespace(
+                exc_type=type(exc),
+                exc_value=exc,
+                exc_traceback=exc.__traceback__,
+                err_msg=None,
+                object=obj,
+            )
+            hook(args)
+            return
+        text = "" if obj is None else f"Exception ignored in: {obj!r}\n"
+        if exc.__traceback__ is not None:
+            text += "Traceback (most recent call last):\n"
+            text += "".join(traceback.format_tb(exc.__traceback__))
+        text += "".join(traceback.format_exception_only(type(exc), exc))
+        _write_stderr(text)
 
 
 def main(argv: list[str]) -> None:

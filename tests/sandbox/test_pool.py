@@ -177,3 +177,33 @@ async def test_a_cancelled_run_does_not_leak_its_reply_into_the_next(pool1: Sand
     result = await pool1.run(ExecRequest(code="print('fresh')"))
     assert result.status is ExecStatus.OK, result
     assert result.stdout == "fresh\n"
+
+
+async def test_a_replaced_cell_leaves_no_cgroup_fd_or_directory_behind(
+    pool1: SandboxPool, token: str
+) -> None:
+    groups = pool1._cgroups
+    if groups is None or not groups.available:
+        pytest.skip("needs the memory cgroup")
+
+    def cell_groups() -> set[tuple[str, str]]:
+        parents = {"memory": groups.memory, "pids": groups.pids}
+        return {(k, c.name) for k, p in parents.items() if p for c in p.iterdir() if c.is_dir()}
+
+    assert (await pool1.run(ExecRequest(code="pass"))).ok  # the cell has opened what a job needs
+    [old] = pool1._cells.values()
+    groups_before, fds_before = cell_groups(), len(os.listdir("/proc/self/fd"))
+    marker = f"started-{token}"
+    victim = ExecRequest(code=f"open({marker!r}, 'w').close()\nimport time; time.sleep(60)")
+    run = asyncio.ensure_future(pool1.run(victim))
+    await _wait_for(lambda: (old.workspace / marker).exists())
+    run.cancel()  # the caller gives up: the cell is killed and replaced
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    # The only cell is the replacement, which starts once the old one is closed.
+    assert (await pool1.run(ExecRequest(code="print('new')"))).stdout == "new\n"
+    [new] = pool1._cells.values()
+    assert new is not old
+    assert cell_groups() == {(kind, new.name) for kind, _ in groups_before}
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert not old.directory.exists()

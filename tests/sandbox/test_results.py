@@ -54,8 +54,9 @@ async def test_uncaught_exception_shows_the_programs_traceback(pool: SandboxPool
     result = await pool.run(ExecRequest(code=program, filename="solution.py"))
     assert result.status is ExecStatus.ERROR
     assert result.stderr.startswith("Traceback (most recent call last):\n")
-    assert 'File "solution.py", line 4, in <module>' in result.stderr
-    assert 'File "solution.py", line 2, in f' in result.stderr
+    # As under `python solution.py` (3.9+), the path is absolute: the workspace's.
+    assert 'File "/workspace/solution.py", line 4, in <module>' in result.stderr
+    assert 'File "/workspace/solution.py", line 2, in f' in result.stderr
     assert result.stderr.rstrip().endswith("ValueError: boom")
     assert "zygote" not in result.stderr and "_exec_main" not in result.stderr
 
@@ -110,7 +111,7 @@ async def test_argv_filename_and_main(pool: SandboxPool) -> None:
     assert seen == {
         "argv": ["prog.py", "a", "b c", ""],
         "name": "__main__",
-        "file": "prog.py",
+        "file": "/workspace/prog.py",  # absolute, as python (3.9+) makes it; argv[0] is not
         "cwd": "/workspace",
     }
     default = await pool.run(ExecRequest(code="import sys; print(sys.argv)"))
