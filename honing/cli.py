@@ -377,8 +377,9 @@ def eval_command(
     """Evaluate a policy on a task set: end-to-end success and pass@k, single-step and trajectory
     metrics, overall, per domain and per tag.
 
-    Episodes the infrastructure failed are counted apart (infra failed) and left out of the rates;
-    the exit status is then 3, so a run with an incomplete result is never mistaken for a clean one.
+    Episodes the infrastructure failed are counted apart (infra failures) and left out of the
+    rates; the exit status is then 3, so a run with an incomplete result is never mistaken for a
+    clean one. A model answer its checker fails on is a wrong answer, not an infrastructure failure.
     """
     try:
         model_policy = policy.startswith(("model:", "openai:"))
@@ -447,7 +448,7 @@ def eval_command(
             with EpisodeProgress(label, total, err, quiet=quiet or json_out) as progress:
 
                 def on_episode(episode: Any) -> None:
-                    progress.add(episode.success)
+                    progress.add(episode.success, infra=episode.infra_failed)
                     if episode.error:
                         causes[episode.error] = causes.get(episode.error, 0) + 1
 
@@ -464,7 +465,7 @@ def eval_command(
     infra = result.end_to_end.infra_failed
     if infra:
         err.print(f"[bold yellow]{infra} episode(s) failed for infrastructure reasons[/] "
-                  "(engine, sandbox or verifier): left out of the rates",
+                  "(engine, sandbox, or a checker that could not run): left out of the rates",
                   highlight=False)  # fmt: skip
         for cause, count in sorted(causes.items(), key=lambda item: -item[1])[:3]:
             err.print(f"  {count} × {cause}", highlight=False, markup=False)
@@ -494,8 +495,9 @@ def _print_eval(result: EvalReport) -> None:
               *((f"domain {n}", t) for n, t in result.by_domain.items()),
               *((f"tag {n}", t) for n, t in result.by_tag.items())]  # fmt: skip
     ks = sorted(result.end_to_end.pass_at_k)
-    outcome = _eval_table("end to end", ["passed", "judged", "success", "infra failed",
-                          *(f"pass@{k}" for k in ks)])  # fmt: skip
+    outcome = _eval_table("end to end (infra failures: left out of the rates)",
+                          ["passed", "judged", "success", "infra failures",
+                           *(f"pass@{k}" for k in ks)])  # fmt: skip
     steps = _eval_table("single step · trajectory\n(valid: well-formed actions; steps: mean "
                         "steps to success)", ["valid", "useful", "steps", "loops", "recovered",
                                               "rollbacks"])  # fmt: skip
@@ -682,7 +684,7 @@ def rollout_command(
 
             def on_group(group: Any) -> None:
                 for t in group.trajectories:
-                    progress.add(t.success, t.reward)
+                    progress.add(t.success, t.reward, infra=t.infrastructure_failed)
 
             return await run(on_group)
 
@@ -823,8 +825,7 @@ def train_command(
         err.print(f"interrupted: continue with honing train --resume {where}", highlight=False)
         raise typer.Exit(130) from None
     for event in result.forgetting:
-        fell = f"{100 * event.best:.0f}% to {100 * event.now:.0f}%"
-        err.print(f"[yellow]forgetting[/]: {event.set} fell from {fell} after phase "
+        err.print(f"[yellow]forgetting[/]: {event.set} fell from {event.fell()} after phase "
                   f"{event.phase!r}", highlight=False)  # fmt: skip
     err.print(f"run: {result.run_dir} (events.jsonl, metrics.jsonl, evals.jsonl, tensorboard/, "
               f"trajectories/, checkpoints/); the report: honing report {result.run_dir}",

@@ -10,9 +10,11 @@
   malformed).
 * **Rewards** are named components — an outcome reward and process rewards — each weighted by
   `EnvConfig.reward_weights` and each reported; `StepResult.reward` is their weighted sum.
-* **Failures** carry one `FailureReason`. `infrastructure` failures (the sandbox or honing broke)
-  are flagged in `StepInfo.infrastructure` and never folded into a reward of 0: whoever consumes
-  the step decides to retry or drop it.
+* **Failures** carry one `FailureReason`. `infrastructure` failures (the sandbox or honing broke,
+  or a checker could not run) are flagged in `StepInfo.infrastructure` and never folded into a
+  reward of 0: whoever consumes the step decides to retry or drop it. A checker that fails *on
+  the model's answer* (raises on it, or spends its limits on it) is `checker_rejected`: a wrong
+  answer, outcome 0, with the checker's reason in `StepInfo.detail` (docs/envs.md, "Verdicts").
 * **Task state** (seed §4.1): each environment keeps a `TaskState` — goal, constraints, a summary
   of the actions so far, the latest errors, candidate next steps — and renders it into a compact
   observation, so long episodes do not drown in logs; raw tool output stays in `StepInfo`.
@@ -54,8 +56,9 @@ class FailureReason(enum.StrEnum):
     STEP_TIMEOUT = "step_timeout"
     STEP_LIMIT = "step_limit"
     EPISODE_TIMEOUT = "episode_timeout"
+    CHECKER_REJECTED = "checker_rejected"  # the answer checker failed on the model's answer
     SANDBOX_ERROR = "sandbox_error"  # infrastructure: the sandbox failed
-    VERIFIER_CRASH = "verifier_crash"  # infrastructure: honing's verifier failed
+    VERIFIER_CRASH = "verifier_crash"  # infrastructure: the checker could not run or finish
 
     @property
     def infrastructure(self) -> bool:

@@ -7,7 +7,10 @@ without a tool call that states `\\boxed{...}` or a last line `Answer: ...` is t
 
 Reward components (unweighted):
     outcome      1 when the answer states a value equal to the task's answer (math-verify, in
-                 the sandbox; a formula such as 483*446 is not a value: honing.tasks.mathcheck)
+                 the sandbox; a formula such as 483*446 is not a value: honing.tasks.mathcheck);
+                 0 too when the checker fails on the answer (failure `checker_rejected`, its
+                 reason in the detail); none when the checker cannot run (`verifier_crash`,
+                 `sandbox_error`: infrastructure)
     tool_ok      1 when every calculator call of the step evaluated, else 0
     well_formed  1 when every tool call of the step was well-formed and known, else 0
 """
@@ -30,7 +33,7 @@ from honing.envs.base import (
 )
 from honing.sandbox import ExecRequest, ExecStatus, SandboxPool
 from honing.tasks.load import AnyTask
-from honing.tasks.mathcheck import math_equal
+from honing.tasks.mathcheck import Problem, math_equal
 from honing.tasks.schema import MathTask
 
 BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
@@ -139,11 +142,17 @@ class MathEnv(Environment):
                                FailureReason.MALFORMED_ACTION)  # fmt: skip
         assert isinstance(self.task, MathTask)
         self.done = True
-        equal = await math_equal(self.pool, self.task.answer, str(value))
-        if equal is None:
-            return CallOutcome(False, "the answer checker failed", FailureReason.VERIFIER_CRASH)
-        return CallOutcome(equal, "correct" if equal else "incorrect",
-                           components={"outcome": float(equal)})  # fmt: skip
+        verdict = await math_equal(self.pool, self.task.answer, str(value))
+        if verdict.problem is not None:
+            reason = (FailureReason.SANDBOX_ERROR if verdict.problem is Problem.SANDBOX
+                      else FailureReason.VERIFIER_CRASH)  # fmt: skip
+            return CallOutcome(False, f"the answer could not be checked: {verdict.detail}", reason)
+        if verdict.rejected:
+            return CallOutcome(False, f"incorrect: {verdict.rejected}",
+                               FailureReason.CHECKER_REJECTED,
+                               components={"outcome": 0.0})  # fmt: skip
+        return CallOutcome(verdict.equal, "correct" if verdict.equal else "incorrect",
+                           components={"outcome": float(verdict.equal)})  # fmt: skip
 
 
 async def calculate(pool: SandboxPool, expression: object) -> CallOutcome:

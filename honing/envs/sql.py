@@ -13,7 +13,10 @@ the task's rules (`honing.tasks.sqlcheck`), whose queries run on a fresh copy of
 the model did to its database does not count.
 
 Reward components (unweighted; `EnvConfig.reward_weights` decides what counts):
-    outcome        1 when the answer passes every rule, on the answer step, else 0
+    outcome        1 when the answer passes every rule, on the answer step, else 0 (failure
+                   `checker_rejected` when the answer's SQL made the judge's run fail at its
+                   limits; `verifier_crash`/`sandbox_error`, no outcome, when the judge could
+                   not run: honing.tasks.sqlcheck, "Verdicts")
     rules_passed   the share of the task's rules the answer passes, on the answer step
     query_ok       the share of the step's queries that ran without error
     well_formed    1 when every tool call of the step was well-formed and known, else 0
@@ -79,6 +82,7 @@ TOOLS = [
 _RUN_FAILURE = {
     RunProblem.SANDBOX: FailureReason.SANDBOX_ERROR,
     RunProblem.HARNESS: FailureReason.VERIFIER_CRASH,
+    RunProblem.HOST: FailureReason.VERIFIER_CRASH,
     RunProblem.TABLES: FailureReason.VERIFIER_CRASH,
     RunProblem.TIMEOUT: FailureReason.SANDBOX_TIMEOUT,
     RunProblem.MEMORY: FailureReason.MEMORY_LIMIT,
@@ -239,10 +243,11 @@ class SqlEnv(Environment):
     async def _answer(self, text: str) -> tuple[CallOutcome, str]:
         assert isinstance(self.task, SqlTask) and self.sql_pool is not None
         judgement = await judge_answer(self.sql_pool, self.task, text, self._files)
-        if judgement.problem is not None:
+        if judgement.problem is not None:  # never the answer's doing: no verdict
+            failure = (FailureReason.SANDBOX_ERROR if judgement.problem is RunProblem.SANDBOX
+                       else FailureReason.VERIFIER_CRASH)  # fmt: skip
             failed = CallOutcome(False, f"the answer could not be judged: {judgement.detail}",
-                                 failure=_RUN_FAILURE[judgement.problem],
-                                 log=judgement.detail)  # fmt: skip
+                                 failure=failure, log=judgement.detail)  # fmt: skip
             return failed, "answer (not judged)"
         self.done = True
         passed = sum(c.passed for c in judgement.checks)
@@ -252,6 +257,11 @@ class SqlEnv(Environment):
         if failing:
             content += f" (failed: {', '.join(failing)})"
         components = {"outcome": float(judgement.passed), "rules_passed": judgement.share}
+        if judgement.rejected:  # a wrong answer all the same, with the judge's reason
+            content += f"; {judgement.rejected}"
+            rejected = CallOutcome(False, content, failure=FailureReason.CHECKER_REJECTED,
+                                   components=components, log=judgement.render())  # fmt: skip
+            return rejected, f"answer -> {passed}/{total} checks (SQL rejected)"
         outcome = CallOutcome(True, content, components=components, log=judgement.render())
         return outcome, f"answer -> {passed}/{total} checks"
 

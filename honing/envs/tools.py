@@ -11,7 +11,10 @@ Two kinds of task (see `honing.tasks.schema.ToolsTask`):
   constraints: a call past the budget or to a forbidden tool is refused and breaks them.
 
 Reward components (unweighted):
-    outcome      1 for the right calls (function calling) or the right final answer, else 0
+    outcome      1 for the right calls (function calling) or the right final answer, else 0 (a
+                 judge that raises on the model's calls or answer: failure `checker_rejected`,
+                 its exception in the detail; the judges run on the host, so none is
+                 infrastructure)
     constraints  1 while every call so far respected the budget and the forbidden tools, else 0
     well_formed  1 when every call of the step was well-formed and known, else 0
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from honing.envs.base import (
     Action,
@@ -55,10 +58,22 @@ TEMPERATURES = ("C", "F", "K")
 ANSWER_TOOL = tool_schema("answer", "Submit the final answer; ends the episode.",
                           {"value": {"type": "string"}}, ["value"])  # fmt: skip
 BUILTIN_SCHEMAS = {name: {"type": "function", "function": f} for name, f in TOOL_FUNCTIONS.items()}
+T = TypeVar("T")
 
 
 class ToolError(Exception):
     """A tool refused its arguments; the message is shown to the model."""
+
+
+def checked(judge: Callable[[], T]) -> tuple[T | None, str]:
+    """(`judge()`, '') or, when it raises on what the model gave, (None, why): the judges run on
+    the host on the model's calls and answers, so an exception there is the checker failing on
+    that input (a wrong answer, the reason kept), not an infrastructure failure."""
+    try:
+        return judge(), ""
+    except Exception as exc:  # any failure of the judge on this input
+        said = str(exc)[:300]
+        return None, f"the checker failed on it: {type(exc).__name__}" + (f": {said}" * bool(said))
 
 
 def convert_units(value: float, from_unit: str, to_unit: str) -> float:
@@ -159,12 +174,15 @@ class ToolsEnv(Environment):
         task = self._task()
         self.done = True  # single turn
         calls = [{"name": c.name, "arguments": c.arguments} for c in action.tool_calls]
-        mismatch = match_calls(calls, task.expected_calls)
+        mismatch, rejected = checked(lambda: match_calls(calls, task.expected_calls))
         results = [ToolResult(call_id=c.id, name=c.name, content="recorded", ok=True)
                    for c in action.tool_calls]  # fmt: skip
         assert self.state is not None
         self.state.actions.append(", ".join(c.name for c in action.tool_calls) or "no call")
-        components = {"outcome": 0.0 if mismatch else 1.0, "well_formed": 1.0}
+        components = {"outcome": 0.0 if mismatch or rejected else 1.0, "well_formed": 1.0}
+        if rejected:
+            return components, results, StepInfo(failure=FailureReason.CHECKER_REJECTED,
+                                                 detail=rejected)  # fmt: skip
         return components, results, StepInfo(detail=mismatch or "")
 
     async def _execute(self, action: Action) -> StepOutput:
@@ -190,8 +208,12 @@ class ToolsEnv(Environment):
             if not isinstance(value, str | int | float) or isinstance(value, bool):
                 return CallOutcome(False, "argument 'value' must be a string",
                                    FailureReason.MALFORMED_ACTION)  # fmt: skip
-            right = answers_match(task.answer or "", str(value))
-            return CallOutcome(right, "correct" if right else "incorrect",
+            right, rejected = checked(lambda: answers_match(task.answer or "", str(value)))
+            if rejected:
+                return CallOutcome(False, f"incorrect: {rejected}",
+                                   FailureReason.CHECKER_REJECTED,
+                                   components={"outcome": 0.0})  # fmt: skip
+            return CallOutcome(bool(right), "correct" if right else "incorrect",
                                components={"outcome": 1.0 if right else 0.0})  # fmt: skip
         declared = {f["name"] for f in task.functions}
         if call.name not in declared:

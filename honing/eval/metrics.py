@@ -15,7 +15,9 @@ Definitions (seed §7), all from recorded `StepResult`s, whatever the domain:
 * An episode is **infrastructure-failed** when it did not succeed and a step of it failed for an
   infrastructure reason (`StepInfo.infrastructure`) or the sandbox raised: its failure says
   nothing about the policy, so it is counted apart and left out of success rates, pass@k and the
-  trajectory tier. A success stands even if the infrastructure failed on an earlier step.
+  trajectory tier. A success stands even if the infrastructure failed on an earlier step. A
+  checker that failed on the model's answer (`checker_rejected`) is not infrastructure: the
+  episode is judged, and failed.
 * A step is **well-formed** unless it failed as a malformed action or an unknown tool, or its
   `well_formed` component is 0 (a later call of the step may be the malformed one while the
   failure names the first).

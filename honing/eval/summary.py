@@ -6,7 +6,8 @@
 Definitions (the same as the evaluation's end-to-end tier, `honing.eval.metrics`):
 
 * A trajectory is **infrastructure-failed** when it ended with `Ending.INFRA_ERROR` (its retries
-  ran out): counted apart, and left out of success rates, mean rewards and pass@k.
+  ran out): counted apart (`infra failures N` beside every success rate), and left out of
+  success rates, mean rewards and pass@k.
 * **success rate** = successful / judged trajectories (judged: not infrastructure-failed);
   **mean reward** is over judged trajectories too.
 * **pass@k** (unbiased, Chen et al. 2021) per task over its judged samples, averaged over the
@@ -200,8 +201,7 @@ def format_summary(summary: RolloutSummary) -> str:
 
 def _outcome_text(o: Outcome) -> str:
     rate = "n/a" if o.success_rate is None else f"{o.success_rate:.1%}"
-    text = f"success {rate} ({o.passed}/{o.judged}"
-    text += f"; {o.infra_failed} infrastructure-failed)" if o.infra_failed else ")"
+    text = f"success {rate} ({o.passed}/{o.judged}; infra failures {o.infra_failed})"
     if o.mean_reward is not None:
         text += f" · mean reward {o.mean_reward:.3f}"
     if o.pass_at_k:

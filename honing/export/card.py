@@ -227,9 +227,13 @@ def eval_columns(points: Sequence[EvalPoint], step: int) -> dict[str, dict[str, 
 def _cell(p: EvalPoint | None) -> str:
     if p is None:
         return "—"
-    if p.success is None:
-        return f"n/a (0/{p.total} judged)"
-    return f"{100 * p.success:.0f}% ({p.passed}/{p.total})"
+    return _score(p.success, p.passed, p.total, p.infra_failed)
+
+
+def _score(success: float | None, passed: int, total: int, infra: int) -> str:
+    """`X% (passed/judged; infra failures N)`: the infra failures are left out of the rate."""
+    rate = "n/a" if success is None else f"{100 * success:.0f}%"
+    return f"{rate} ({passed}/{total}; infra failures {infra})"
 
 
 def _evaluation(run: TrainedRun) -> str:
@@ -251,7 +255,9 @@ def _evaluation(run: TrainedRun) -> str:
     sets = "; ".join(f"`{n}`: {_source(s)}" for n, s in run.config.heldout.items())
     note = (
         f"End-to-end success on held-out tasks never trained on ({sets}), {e.k} episode(s) per "
-        f"task at temperature {e.temperature:g}, measured during the run (`evals.jsonl`)."
+        f"task at temperature {e.temperature:g}, measured during the run (`evals.jsonl`): "
+        "passed of the judged episodes; the infra failures (episodes the infrastructure failed: "
+        "the sandbox, the engine, or a checker that could not run) are left out of the rate."
     )
     figures = account([p for p in run.evals if p.step <= run.step]).figures()
     if figures is not None:
@@ -274,9 +280,7 @@ def _mb(n: int) -> str:
 def _success(m: Measurement, name: str) -> str:
     for score in m.heldout:
         if score.set == name:
-            if score.success is None:
-                return f"n/a (0/{score.total} judged)"
-            return f"{100 * score.success:.0f}% ({score.passed}/{score.total})"
+            return _score(score.success, score.passed, score.total, score.infra_failed)
     return "—"
 
 

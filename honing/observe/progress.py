@@ -126,13 +126,15 @@ class RunProgress(_Live):
         self._update(status=self._status())
 
     def step(
-        self, step: int, *, success: float, reward: float, tokens_per_s: float,
-        episodes_per_s: float,
+        self, step: int, *, success: float | None, reward: float, tokens_per_s: float,
+        episodes_per_s: float, infra: int = 0,
     ) -> None:  # fmt: skip
-        """Update `step` is done."""
+        """Update `step` is done: `success` over its episodes but the `infra` ones the
+        infrastructure failed (None when it failed them all)."""
         self.step_done = step
+        rate = "n/a" if success is None else f"{100 * success:.0f}%"
         self.stats = (
-            f"success {100 * success:.0f}% reward {reward:.3f} | "
+            f"success {rate} (infra failures {infra}) reward {reward:.3f} | "
             f"{tokens_per_s:.0f} tok/s {episodes_per_s:.2f} ep/s"
         )
         self._update(completed=step, status=self._status())
@@ -154,8 +156,9 @@ class RunProgress(_Live):
 
 
 class EpisodeProgress(_Live):
-    """`honing eval` / `honing rollout`: episodes done/total, success so far, mean reward,
-    episodes/s, elapsed and ETA. Call `add` once per finished episode (or group: count=n)."""
+    """`honing eval` / `honing rollout`: episodes done/total, success so far (over the episodes
+    the infrastructure did not fail, which are counted apart), mean reward, episodes/s, elapsed
+    and ETA. Call `add` once per finished episode (or group: count=n)."""
 
     def __init__(
         self, description: str, total: int, console: Console, *, quiet: bool = False
@@ -165,6 +168,7 @@ class EpisodeProgress(_Live):
         self.total = total
         self.done = 0
         self.passed = 0
+        self.infra = 0  # episodes the infrastructure failed: left out of the success rate
         self.rewards = 0.0
         self.rewarded = 0  # episodes that reported a reward
         self.started = time.monotonic()
@@ -173,10 +177,14 @@ class EpisodeProgress(_Live):
         self.started = time.monotonic()
         self._open(self.description, self.total, 0, self._status())
 
-    def add(self, success: bool, reward: float | None = None, *, count: int = 1) -> None:
-        """`count` episodes finished, `success` for each; `reward`: their mean, if known."""
+    def add(
+        self, success: bool, reward: float | None = None, *, count: int = 1, infra: bool = False
+    ) -> None:
+        """`count` episodes finished, `success` for each; `reward`: their mean, if known;
+        `infra`: the infrastructure failed them (left out of the success rate)."""
         self.done += count
         self.passed += count * int(success)
+        self.infra += count * int(infra and not success)
         if reward is not None:
             self.rewards += reward * count
             self.rewarded += count
@@ -184,12 +192,16 @@ class EpisodeProgress(_Live):
 
     @property
     def success_rate(self) -> float | None:
-        return self.passed / self.done if self.done else None
+        judged = self.done - self.infra
+        return self.passed / judged if judged else None
 
     def _status(self) -> str:
         if not self.done:
             return ""
-        parts = [f"success {self.passed}/{self.done} ({100 * self.passed / self.done:.0f}%)"]
+        rate = self.success_rate
+        shown = "n/a" if rate is None else f"{100 * rate:.0f}%"
+        judged = self.done - self.infra
+        parts = [f"success {self.passed}/{judged} ({shown}; infra failures {self.infra})"]
         if self.rewarded:
             parts.append(f"reward {self.rewards / self.rewarded:.3f}")
         elapsed = time.monotonic() - self.started

@@ -5,7 +5,7 @@ parsed on the host. Comparisons therefore run as small programs in a sibling poo
 pool whose runtime is math-verify as installed beside honing (built offline on first use, and
 preloaded so a comparison costs milliseconds, not a sympy import).
 
-    equal = await math_equal(pool, "391", "17*23 = 391")  # True, False, or None (no verdict)
+    verdict = await math_equal(pool, "391", "17*23 = 391")  # Verdict(equal=True)
 
 An answer is a value, not a formula to evaluate: when the expected answer is a number, the given
 one must state a number too (its last \\boxed{...}, or what follows its last "="), so `483*446`,
@@ -14,36 +14,124 @@ a value only where a fraction (or a decimal) is expected. An expected expression
 compared symbolically, as math-verify does. The gate is regular expressions on the host: no
 parser sees model text outside the sandbox. Two integers (the gate's digit strings) are compared
 on the host, digit by digit, as math-verify would conclude, without a sandbox run.
+
+Verdicts (`Verdict`): equal or not; *rejected* when the checker failed on the given answer (it
+raised, spent its CPU budget of `BUDGET_S` per answer, its memory, or crashed): a wrong answer,
+the reason kept; a *problem* and no verdict when the checker could not run or finish for a
+reason that is not the answer (`honing.tasks.checkrun`), or the task's own answer breaks it.
+math-verify's own wall-clock timeouts are off: a loaded host must not turn a right answer wrong.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import re
+from dataclasses import dataclass
 from typing import Literal
 
-from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
+from honing.sandbox import ExecRequest, RuntimeStore, SandboxPool
+from honing.tasks.checkrun import RunEnd, checker_limits, run_end
 
 RUNTIME = "honing-math"
 DISTRIBUTIONS = ["math-verify"]
 PRELOAD = ["math_verify", "sympy"]
-TIMEOUT_S = 20.0
 
+BUDGET_S = 5.0  # CPU seconds the checker may spend on one answer (math-verify's default)
+STARTUP_S = 5.0  # CPU seconds a run may spend besides its answers
+CHUNK = 16  # answers per run
+MEMORY_MB = 1024
+
+# One run checks several pairs; each gets `budget_s` of CPU time (a profiling timer: time the
+# host spends on other processes does not count), and a failure on one pair is that pair's.
 PROGRAM = """\
-import json, sys
+import json, signal, sys
 from math_verify import parse, verify
+
+class OverBudget(BaseException):
+    pass
+
+armed, reading = False, "answer"
+
+def over_budget(signum, frame):
+    if armed:
+        raise OverBudget()
+
+signal.signal(signal.SIGPROF, over_budget)
 
 def read(text):
     wrapped = text if ("$" in text or "\\\\boxed" in text) else "$" + text + "$"
-    return parse(wrapped) or parse(text)
+    try:
+        found = parse(wrapped, parsing_timeout=None, raise_on_error=True)
+    except Exception:
+        if wrapped == text:
+            raise
+        found = []
+    return found or parse(text, parsing_timeout=None, raise_on_error=True)
 
-pairs = json.loads(sys.stdin.read())
+def describe(exc):
+    try:
+        said = str(exc)[:300]
+    except Exception:
+        said = ""
+    return type(exc).__name__ + (": " + said if said else "")
+
+def judge(expected, given):
+    global reading
+    reading, answer = "task", []
+    try:
+        gold = read(expected)
+    except Exception as e:
+        return {"task": "math-verify raised " + describe(e)}
+    if not gold:
+        return {"equal": False}
+    reading = "answer"
+    try:
+        answer = read(given)
+        return {"equal": verify(gold, answer, timeout_seconds=None, raise_on_error=True)}
+    except Exception as e:
+        raised = "math-verify raised " + describe(e)
+    # a comparison that raised is not a mismatch of the others (math-verify's own rule)
+    if answer and verify(gold, answer, timeout_seconds=None):
+        return {"equal": True}
+    return {"rejected": raised}
+
+spec = json.loads(sys.stdin.read())
+budget = spec["budget_s"]
 out = []
-for expected, given in pairs:
-    gold = read(expected)
-    out.append(bool(gold) and bool(verify(gold, read(given))))
+for expected, given in spec["pairs"]:
+    armed = True
+    signal.setitimer(signal.ITIMER_PROF, budget)
+    try:
+        verdict = judge(expected, given)
+        armed = False
+    except OverBudget:
+        spent = "the checker spent its CPU budget (%g s) on it" % budget
+        verdict = {"task" if reading == "task" else "rejected": spent}
+    armed = False
+    signal.setitimer(signal.ITIMER_PROF, 0)
+    out.append(verdict)
 print(json.dumps(out))
 """
+
+
+class Problem(enum.StrEnum):
+    """Why a comparison has no verdict; none of them is the given answer's doing."""
+
+    SANDBOX = "sandbox"  # the sandbox failed
+    CHECKER = "checker"  # the checker could not start or finish (honing.tasks.checkrun)
+    TASK = "task"  # the task's own answer makes the checker fail
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The checker's word on one answer: `equal`; `rejected` says why the checker failed on the
+    answer (a wrong answer all the same); `problem` (and `detail`) when there is no verdict."""
+
+    equal: bool = False
+    rejected: str = ""
+    problem: Problem | None = None
+    detail: str = ""
 
 
 NumberKind = Literal["integer", "decimal", "fraction"]
@@ -121,13 +209,14 @@ def _integer(text: str) -> tuple[bool, str]:
     return value.startswith("-") and digits != "0", digits
 
 
-async def math_equal_many(pool: SandboxPool, pairs: list[tuple[str, str]]) -> list[bool] | None:
+async def math_equal_many(pool: SandboxPool, pairs: list[tuple[str, str]]) -> list[Verdict]:
     """For each (expected, given): whether they state the same value (a formula where a number
-    is expected never does). None if the sandbox failed. Two integers are compared on the host
+    is expected never does), or why there is no comparison. Two integers are compared on the host
     (`integer_verdict`, what math-verify concludes for them); the rest run in the sandbox."""
-    verdicts: list[bool | None] = [
-        integer_verdict(e, g) if states_a_value(e, g) else False for e, g in pairs
-    ]
+    verdicts: list[Verdict | None] = []
+    for expected, given in pairs:
+        host = integer_verdict(expected, given) if states_a_value(expected, given) else False
+        verdicts.append(None if host is None else Verdict(equal=host))
     gated = [
         (expected, _comparable(given) if number_kind(expected) else given)
         for (expected, given), verdict in zip(pairs, verdicts, strict=True)
@@ -135,19 +224,59 @@ async def math_equal_many(pool: SandboxPool, pairs: list[tuple[str, str]]) -> li
     ]
     if gated:
         checker = await checker_pool(pool)
-        result = await checker.run(
-            ExecRequest(code=PROGRAM, stdin=json.dumps(gated), timeout_s=TIMEOUT_S, memory_mb=1024)
-        )
-        if result.status in (ExecStatus.TIMEOUT, ExecStatus.MEMORY_LIMIT, ExecStatus.OUTPUT_LIMIT):
-            checked = iter([False] * len(gated))  # an answer that blows the checker's limits
-        elif result.status is not ExecStatus.OK:  # is not equal
-            return None  # the checker crashed or the sandbox failed: no verdict, not "unequal"
-        else:
-            checked = iter(bool(v) for v in json.loads(result.stdout))
+        chunks = [gated[i : i + CHUNK] for i in range(0, len(gated), CHUNK)]
+        checked = iter([v for found in await _check(checker, chunks) for v in found])
         verdicts = [next(checked) if v is None else v for v in verdicts]
-    return [bool(v) for v in verdicts]
+    return [v for v in verdicts if v is not None]
 
 
-async def math_equal(pool: SandboxPool, expected: str, given: str) -> bool | None:
-    found = await math_equal_many(pool, [(expected, given)])
-    return None if found is None else found[0]
+async def math_equal(pool: SandboxPool, expected: str, given: str) -> Verdict:
+    (found,) = await math_equal_many(pool, [(expected, given)])
+    return found
+
+
+def _request(pairs: list[tuple[str, str]]) -> ExecRequest:
+    cpu_s, wall_s = checker_limits(STARTUP_S + BUDGET_S * len(pairs))
+    spec = {"budget_s": BUDGET_S, "pairs": pairs}
+    return ExecRequest(code=PROGRAM, stdin=json.dumps(spec), timeout_s=wall_s, cpu_s=cpu_s,
+                       memory_mb=MEMORY_MB, filename="mathcheck.py")  # fmt: skip
+
+
+async def _check(checker: SandboxPool, chunks: list[list[tuple[str, str]]]) -> list[list[Verdict]]:
+    """The verdicts of each chunk of pairs. A chunk whose whole run failed because of what it
+    checked (`RunEnd.INPUT`) is checked again pair by pair, so that only the answer at fault is
+    rejected."""
+    results = await checker.run_many([_request(chunk) for chunk in chunks])
+    out: list[list[Verdict]] = []
+    for chunk, result in zip(chunks, results, strict=True):
+        end, reason = run_end(result)
+        if end is RunEnd.INPUT and len(chunk) > 1:
+            out.append([v for found in await _check(checker, [[p] for p in chunk]) for v in found])
+        elif end is RunEnd.INPUT:
+            out.append([Verdict(rejected=reason)])
+        elif end is RunEnd.REPLIED:
+            out.append(_read_reply(result.stdout, len(chunk)))
+        else:
+            problem = Problem.SANDBOX if end is RunEnd.SANDBOX else Problem.CHECKER
+            out.append([Verdict(problem=problem, detail=reason)] * len(chunk))
+    return out
+
+
+def _read_reply(stdout: str, count: int) -> list[Verdict]:
+    try:
+        reply = json.loads((stdout.strip().splitlines() or ["null"])[-1])
+    except json.JSONDecodeError:
+        reply = None
+    if not (isinstance(reply, list) and len(reply) == count
+            and all(isinstance(item, dict) for item in reply)):  # fmt: skip
+        return [Verdict(problem=Problem.CHECKER, detail="the checker gave no usable reply")] * count
+    verdicts = []
+    for item in reply:
+        if "task" in item:
+            detail = f"the task's answer breaks the checker: {item['task']}"
+            verdicts.append(Verdict(problem=Problem.TASK, detail=detail))
+        elif "rejected" in item:
+            verdicts.append(Verdict(rejected=str(item["rejected"])))
+        else:
+            verdicts.append(Verdict(equal=item.get("equal") is True))
+    return verdicts

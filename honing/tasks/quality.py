@@ -12,9 +12,11 @@
            the one stating `answer`) must pass every rule (`honing.tasks.sqlcheck`); it runs in
            the DuckDB sibling of the pool, as the sql environment's queries do
 
-A task whose reference fails is quarantined with the reason. A task the sandbox could not run
-(status `sandbox_error`) is neither passed nor failed: it is reported as unverified, because an
-infrastructure failure says nothing about the task.
+A task whose reference fails is quarantined with the reason (a math reference the checker fails
+on, or an answer that breaks the checker, fails too). A task the sandbox could not run (status
+`sandbox_error`, or a checker that could not start or finish: `honing.tasks.checkrun`) is
+neither passed nor failed: it is reported as unverified, because an infrastructure failure says
+nothing about the task.
 
 """
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
 from honing.tasks.load import AnyTask, Quarantined, TaskSet
-from honing.tasks.mathcheck import math_equal_many
+from honing.tasks.mathcheck import Problem, math_equal_many
 from honing.tasks.schema import CODE_SOLUTION, CodeTask, MathTask, SqlTask, ToolsTask
 from honing.tasks.sqlcheck import check_references
 from honing.tasks.toolcalls import judge_reference
@@ -99,7 +101,7 @@ async def verify_references(
     starter_by_id = dict(zip([t.id for t in starters], results[len(code) :], strict=True))
     maths = [t for t in tasks if isinstance(t, MathTask) and t.reference is not None]
     found = await math_equal_many(pool, [(t.answer, t.reference or "") for t in maths])
-    math_verdicts = None if found is None else {t.id: v for t, v in zip(maths, found, strict=True)}
+    math_verdicts = {t.id: v for t, v in zip(maths, found, strict=True)}
     sql_checks = await check_references(
         pool, [t for t in tasks if isinstance(t, SqlTask) and t.reference is not None]
     )
@@ -129,9 +131,14 @@ async def verify_references(
             else:
                 out.failed.append(failed(task, reason))
         elif isinstance(task, MathTask):
-            if math_verdicts is None:
-                out.unverified.append((task, "sandbox error: the math checker did not run"))
-            elif math_verdicts[task.id]:
+            verdict = math_verdicts[task.id]
+            if verdict.problem in (Problem.SANDBOX, Problem.CHECKER):
+                out.unverified.append((task, f"the math checker did not run: {verdict.detail}"))
+            elif verdict.problem is Problem.TASK:
+                out.failed.append(failed(task, verdict.detail))
+            elif verdict.rejected:
+                out.failed.append(failed(task, f"reference: {verdict.rejected}"))
+            elif verdict.equal:
                 out.passed.append(task)
             else:
                 out.failed.append(failed(task, f"reference does not equal answer {task.answer!r}"))

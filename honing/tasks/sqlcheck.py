@@ -37,6 +37,13 @@ A query's value is *stated* by a number that equals it up to the rounding the nu
 float rounding. Rule queries always run on a fresh in-memory database loaded from the task's own
 tables, never on an episode's workspace, which the model may have changed.
 
+**Verdicts.** The answer's SQL snippets run in the judge's program: an error of one fails its
+rule; a run the snippets make spend its limits (CPU time, memory, a crash of DuckDB) fails their
+rules and sets `Judgement.rejected` (a wrong answer, the reason kept; the task's own rule
+queries are then run again alone). No verdict (`Judgement.problem`) when the sandbox or the
+harness failed, the tables do not load, the host did not run the judge (`RunProblem.HOST`, see
+`honing.tasks.checkrun`), or the task's own rule queries fail at their limits.
+
 Not covered: numbers in words ("two million") or with scales ("1.2m"), accounting negatives
 ("(1,234)"); a traceable query that names a table but returns a constant
 (`SELECT 150 FROM sales LIMIT 1`) passes its rule — the numeric rule is what checks the value.
@@ -55,6 +62,7 @@ from typing import Any, Literal
 
 from honing.errors import HoningError
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, RuntimeStore, SandboxPool
+from honing.tasks.checkrun import RunEnd, checker_limits, run_end
 from honing.tasks.schema import AnswerRule, SqlTask
 
 RUNTIME = "honing-sql"
@@ -203,10 +211,11 @@ def _file_suffix(source: str) -> str | None:
 
 
 class RunProblem(enum.StrEnum):
-    """Why a run gave no results. The first three are not the SQL's doing."""
+    """Why a run gave no results. The first four are not the SQL's doing."""
 
     SANDBOX = "sandbox"  # the sandbox failed
     HARNESS = "harness"  # honing's program gave no usable reply
+    HOST = "host"  # a judge's run was not let finish (honing.tasks.checkrun: NOT_RUN)
     TABLES = "tables"  # the task's tables do not load: the task is broken
     TIMEOUT = "timeout"  # the SQL ran past the time limit
     MEMORY = "memory"  # … or the memory limit
@@ -214,7 +223,12 @@ class RunProblem(enum.StrEnum):
 
     @property
     def infrastructure(self) -> bool:
-        return self in (RunProblem.SANDBOX, RunProblem.HARNESS)
+        return self in (RunProblem.SANDBOX, RunProblem.HARNESS, RunProblem.HOST)
+
+    @property
+    def limits(self) -> bool:
+        """The SQL it ran spent the run's limits (time, memory) or crashed DuckDB."""
+        return self in (RunProblem.TIMEOUT, RunProblem.MEMORY, RunProblem.KILLED)
 
 
 @dataclass(frozen=True)
@@ -308,6 +322,7 @@ def query_request(
     memory_mb: int = 256,
     max_rows: int = MAX_ROWS,
     timeout_s: float = TIMEOUT_S,
+    cpu_s: float | None = None,
 ) -> ExecRequest:
     """The run of `queries` (or the listing of the tables) against `tables` (name → workspace
     path). `db` is a workspace file that persists, or `:memory:`; `select_only` refuses anything
@@ -328,6 +343,7 @@ def query_request(
         files=files or {},
         workspace=workspace,
         timeout_s=timeout_s,
+        cpu_s=cpu_s,
         filename="sql_harness.py",
     )
 
@@ -342,9 +358,14 @@ _PROBLEMS = {
 }
 
 
-def parse_run(result: ExecResult) -> SqlRun:
-    """The harness's reply, or the problem that kept it from replying."""
+def parse_run(result: ExecResult, *, judge: bool = False) -> SqlRun:
+    """The harness's reply, or the problem that kept it from replying. For a `judge`'s run (its
+    wall-clock limit a multiple of its CPU-time limit: `checker_limits`), a run the host did not
+    let finish is `RunProblem.HOST`, not the SQL's time limit or crash."""
     problem = _PROBLEMS.get(result.status)
+    if (judge and problem not in (None, RunProblem.SANDBOX, RunProblem.HARNESS)
+            and run_end(result)[0] is RunEnd.NOT_RUN):  # fmt: skip
+        problem = RunProblem.HOST
     if problem is not None:
         tail = (result.stderr.strip().splitlines() or [""])[-1]
         detail = f"{result.status.value}: {result.error or tail}".strip()
@@ -378,9 +399,11 @@ async def run_rule_queries(
     """Run `queries` (single SELECTs) on a fresh database loaded from the task's tables.
     `pool` must have DuckDB (see `duckdb_pool`); `files` are the task's `table_files`."""
     layout = {name: table_path(name, source) for name, source in task.tables.items()}
+    cpu_s, wall_s = checker_limits(TIMEOUT_S)
     request = query_request(layout, queries, files=files, select_only=True,
-                            memory_mb=max(64, pool.config.memory_mb // 2))  # fmt: skip
-    return parse_run(await pool.run(request))
+                            memory_mb=max(64, pool.config.memory_mb // 2), timeout_s=wall_s,
+                            cpu_s=cpu_s)  # fmt: skip
+    return parse_run(await pool.run(request), judge=True)
 
 
 # -- reading answers -----------------------------------------------------------------------
@@ -507,12 +530,14 @@ class RuleCheck:
 
 @dataclass(frozen=True)
 class Judgement:
-    """The rules' verdicts on one answer; `problem` when the rule queries could not run for a
-    reason that is not the answer's (the sandbox, honing, or the task's tables)."""
+    """The rules' verdicts on one answer; `rejected` when the answer's SQL made the judge's run
+    fail at its limits (why: its rules failed); `problem` when the rule queries could not run
+    for a reason that is not the answer's (the sandbox, honing, the host, or the task)."""
 
     checks: list[RuleCheck]
     problem: RunProblem | None = None
     detail: str = ""
+    rejected: str = ""
 
     @property
     def passed(self) -> bool:
@@ -620,22 +645,34 @@ async def judge_answer(
     known: Mapping[str, QueryResult] | None = None,
 ) -> Judgement:
     """Judge `text` by the task's rules, running the rule queries not in `known` on a fresh
-    database (`pool` must have DuckDB; `files` are the task's `table_files`). Rule queries that
-    run past their limits fail their rules; a sandbox, harness or table failure is the
-    judgement's `problem`, with no verdict."""
+    database (`pool` must have DuckDB; `files` are the task's `table_files`). A run that the
+    answer's SQL makes spend its limits fails the rules of that SQL and sets `rejected`; a
+    sandbox, harness, host or table failure, or the task's own rule queries failing at their
+    limits, is the judgement's `problem`, with no verdict."""
     results = dict(known or {})
     needed = [q for q in rule_queries(task, text) if q not in results]
+    rejected = ""
     if needed:
         run = await run_rule_queries(pool, task, needed, files)
-        if run.problem is not None and (run.problem.infrastructure
-                                        or run.problem is RunProblem.TABLES):  # fmt: skip
+        if run.problem is not None and not run.problem.limits:
             return Judgement([], run.problem, run.detail)
-        if run.problem is not None:
-            run_results = [QueryResult(sql=q, error=run.detail) for q in needed]
+        if run.problem is None:
+            results.update({r.sql: r for r in run.results})
         else:
-            run_results = run.results
-        results.update({r.sql: r for r in run_results})
-    return Judgement(check_rules(task, text, results))
+            own = {q for rule in task.rules if rule.kind == "consistent" for q in rule.queries}
+            answer_sql = [q for q in needed if q not in own]
+            if not answer_sql:
+                return Judgement([], run.problem, f"the task's rule queries: {run.detail}")
+            task_sql = [q for q in needed if q in own]
+            if task_sql:  # the task's own queries, again without the answer's SQL
+                again = await run_rule_queries(pool, task, task_sql, files)
+                if again.problem is not None:
+                    detail = f"the task's rule queries: {again.detail}"
+                    return Judgement([], again.problem, detail)
+                results.update({r.sql: r for r in again.results})
+            results.update({q: QueryResult(sql=q, error=run.detail) for q in answer_sql})
+            rejected = f"the answer's SQL made the judge's run fail: {run.detail}"
+    return Judgement(check_rules(task, text, results), rejected=rejected)
 
 
 # -- references ----------------------------------------------------------------------------

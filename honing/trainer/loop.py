@@ -112,6 +112,15 @@ class Forgetting(StrictModel):
     best_step: int
     now: float
     step: int
+    best_infra: int = 0  # infra failures left out of `best`
+    now_infra: int = 0  # ... and of `now`
+
+    def fell(self) -> str:
+        """`B% (step S; infra failures I) to N% (infra failures J)`."""
+        return (
+            f"{100 * self.best:.0f}% (step {self.best_step}; infra failures {self.best_infra}) "
+            f"to {100 * self.now:.0f}% (infra failures {self.now_infra})"
+        )
 
 
 class LoopState(BaseModel):
@@ -426,11 +435,13 @@ class Trainer:
                     best_step=best.step,
                     now=point.success,
                     step=point.step,
+                    best_infra=best.infra_failed,
+                    now_infra=point.infra_failed,
                 )
                 found.append(event)
                 message = (
-                    f"forgetting: held-out {point.set} fell from {100 * best.success:.0f}% "
-                    f"(step {best.step}) to {100 * point.success:.0f}% after phase {phase!r}"
+                    f"forgetting: held-out {point.set} fell from {event.fell()} after phase "
+                    f"{phase!r}"
                 )
                 log.warning("%s", message)
                 emit("warning", point.step, message=message)

@@ -126,6 +126,17 @@ async def test_reward_hacks_earn_nothing(env: CodeEnv) -> None:
     assert stolen.components["outcome"] == 0.0
 
 
+async def test_a_solution_that_crashes_the_test_harness_is_wrong_not_infrastructure(
+    env: CodeEnv,
+) -> None:
+    """The tests run the model's own program: its crash is a wrong answer, with the reason."""
+    await env.reset(ADD)
+    result = await env.step(code("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"))
+    assert result.components["outcome"] == 0.0 and not result.info.infrastructure
+    assert result.info.failure is FailureReason.TOOL_ERROR
+    assert "killed by signal SIGSEGV" in result.info.detail
+
+
 async def test_rollback_tool_restores_the_best_solution(env: CodeEnv) -> None:
     await env.reset(ADD)
     await env.step(code("def add(a, b):\n    return a + b if a != 2 else 0\n"))  # 2/3

@@ -10,7 +10,7 @@ import pytest
 from honing.envs import Action, EnvConfig, FailureReason
 from honing.envs.math import MathEnv, stated_answer
 from honing.sandbox import ExecResult, ExecStatus, SandboxPool
-from honing.tasks import MathTask
+from honing.tasks import MathTask, mathcheck
 
 PRODUCT = MathTask(id="mul", prompt="What is 17*23?", answer="391", reference="17*23 = 391")
 
@@ -108,7 +108,62 @@ async def test_unknown_tool_is_a_format_failure(env: MathEnv) -> None:
     assert result.components["well_formed"] == 0.0
 
 
-async def test_checker_failure_is_infrastructure(
+HALF = MathTask(id="half", prompt="What is 1/2 as a fraction?", answer="\\frac{1}{2}")
+POLY = MathTask(id="poly", prompt="Expand (x+1)^2 - x^2 - x.", answer="x+1")
+HUGE = "1" * 5000  # past Python's 4300-digit limit for int(str): math-verify raises on it
+TOWER = "x" + "^x" * 2000  # keeps math-verify's parser busy for seconds of CPU
+
+
+async def test_an_answer_the_checker_raises_on_is_wrong_with_the_reason(env: MathEnv) -> None:
+    await env.reset(HALF)
+    result = await env.step(calls(call("answer", value=HUGE)))
+    assert result.done and result.components["outcome"] == 0.0 and result.reward == 0.0
+    assert result.info.failure is FailureReason.CHECKER_REJECTED
+    assert not result.info.infrastructure  # a wrong answer: it stays in the denominator
+    assert "math-verify raised SympifyError" in result.info.detail  # the reason, kept
+    assert result.observation.tool_results[0].content.startswith("incorrect: math-verify raised")
+
+
+async def test_an_answer_that_spends_the_checkers_cpu_budget_is_wrong(
+    env: MathEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mathcheck, "BUDGET_S", 1.0)  # (5 s by default)
+    await env.reset(POLY)
+    result = await env.step(Action(content=f"\\boxed{{{TOWER}}}"))
+    assert result.components["outcome"] == 0.0 and not result.info.infrastructure
+    assert result.info.failure is FailureReason.CHECKER_REJECTED
+    assert "the checker spent its CPU budget (1 s) on it" in result.info.detail
+
+
+async def test_a_checker_that_cannot_start_is_infrastructure(
+    env: MathEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checker in plain cells, where math-verify cannot be imported: no verdict at all."""
+
+    async def plain(pool: SandboxPool) -> SandboxPool:
+        return pool
+
+    monkeypatch.setattr(mathcheck, "checker_pool", plain)
+    await env.reset(POLY)
+    result = await env.step(calls(call("answer", value="1+x")))
+    assert result.info.failure is FailureReason.VERIFIER_CRASH and result.info.infrastructure
+    assert "No module named 'math_verify'" in result.info.detail
+    assert "outcome" not in result.components and result.reward == 0.0
+
+
+async def test_a_checker_the_host_does_not_run_in_time_is_infrastructure(
+    env: MathEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wall clock reached before the CPU-time limit was spent (as on an overloaded host,
+    here by a wall-clock limit shorter than the work): not the answer's doing, so no verdict."""
+    monkeypatch.setattr(mathcheck, "checker_limits", lambda cpu_s: (60.0, 0.5))
+    await env.reset(POLY)
+    result = await env.step(calls(call("answer", value=TOWER)))
+    assert result.info.failure is FailureReason.VERIFIER_CRASH and result.info.infrastructure
+    assert "wall-clock limit" in result.info.detail and "outcome" not in result.components
+
+
+async def test_a_sandbox_failure_is_infrastructure(
     env: MathEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await env.reset(PRODUCT)
@@ -119,7 +174,7 @@ async def test_checker_failure_is_infrastructure(
 
     monkeypatch.setattr(checker, "run", broken)
     result = await env.step(Action(content="\\boxed{391.0}"))  # not an integer: the sandbox
-    assert result.info.failure is FailureReason.VERIFIER_CRASH and result.info.infrastructure
+    assert result.info.failure is FailureReason.SANDBOX_ERROR and result.info.infrastructure
     assert "outcome" not in result.components
 
 

@@ -14,7 +14,7 @@ from honing.envs.registry import make_env
 from honing.envs.sql import SqlEnv
 from honing.errors import HoningError
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
-from honing.tasks import SqlTask, load_tasks
+from honing.tasks import SqlTask, load_tasks, sqlcheck
 from honing.tasks.sqlcheck import duckdb_pool
 from honing.tasks.synthetic_sql import SQL_EXAMPLES
 
@@ -206,6 +206,62 @@ async def test_tables_that_do_not_load_are_not_the_models_fault(env: SqlEnv, tmp
     result = await env.step(call("query", sql="SELECT count(*) FROM t"))
     assert result.info.failure is FailureReason.VERIFIER_CRASH and result.info.infrastructure
     assert "the task's tables do not load: table t" in result.observation.tool_results[0].content
+
+
+RECONCILED = SqlTask.model_validate(
+    {
+        **MISMATCH.model_dump(),
+        "id": "reconciled",
+        "rules": [*MISMATCH.model_dump()["rules"], {"kind": "consistent", "queries": [
+            DIFF_SQL,
+            "SELECT 250.50 - sum(qty * unit_price) FROM invoice_lines WHERE invoice_id = 'INV-2'",
+        ]}],
+    }
+)  # fmt: skip
+# Names a task table, so the traceable rule runs it; keeps DuckDB busy far past any CPU limit.
+BURN_SQL = "SELECT count(*) FROM invoices, range(1000000000000) t(i) WHERE i % 7 = 3"
+BURNING = f"Answer: INV-2: 10.00\n```sql\n{BURN_SQL}\n```"
+
+
+async def test_sql_that_makes_the_judge_spend_its_limits_is_a_wrong_answer(
+    env: SqlEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer's snippet spends the judge's CPU-time limit: its rule fails and the answer is
+    rejected with the reason; the task's own rule queries are judged again without it."""
+    monkeypatch.setattr(sqlcheck, "TIMEOUT_S", 1.0)  # the judge's CPU-time limit (10 s)
+    await env.reset(RECONCILED)
+    result = await env.step(call("answer", text=BURNING))
+    assert result.done and result.components["outcome"] == 0.0
+    assert result.info.failure is FailureReason.CHECKER_REJECTED and not result.info.infrastructure
+    assert "the answer's SQL made the judge's run fail: timeout: CPU-time limit" in (
+        result.info.detail
+    )
+    assert result.components["rules_passed"] == 3 / 4  # mentions, numeric, consistent pass
+    assert "FAIL traceable" in result.info.logs[0] and "pass consistent" in result.info.logs[0]
+
+
+async def test_a_judge_the_host_does_not_run_in_time_is_infrastructure(
+    env: SqlEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judge reached its wall clock before spending its CPU-time limit (as on an overloaded
+    host, here by a wall-clock limit shorter than the work): no verdict."""
+    monkeypatch.setattr(sqlcheck, "checker_limits", lambda cpu_s: (60.0, 1.0))
+    await env.reset(MISMATCH)
+    result = await env.step(call("answer", text=BURNING))
+    assert result.info.failure is FailureReason.VERIFIER_CRASH and result.info.infrastructure
+    assert "wall-clock limit" in result.info.detail and "outcome" not in result.components
+
+
+async def test_a_judge_that_cannot_start_is_infrastructure(
+    env: SqlEnv, pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judge in plain cells, where DuckDB cannot be imported."""
+    await env.reset(MISMATCH)
+    monkeypatch.setattr(env, "sql_pool", pool)
+    result = await env.step(env.reference_actions(MISMATCH)[1])
+    assert result.info.failure is FailureReason.VERIFIER_CRASH and result.info.infrastructure
+    assert "No module named 'duckdb'" in result.info.detail
+    assert "outcome" not in result.components and not result.done
 
 
 async def test_close_releases_the_workspace_and_the_registry_knows_sql(pool: SandboxPool) -> None:

@@ -88,6 +88,16 @@ async def test_function_calling_is_judged_on_the_first_reply(env: ToolsEnv) -> N
     assert silent.components["outcome"] == 0.0  # a call was expected
 
 
+async def test_calls_the_matcher_raises_on_are_wrong_with_the_reason(env: ToolsEnv) -> None:
+    """An integer too large for a float makes the BFCL-style matcher raise: a wrong answer, the
+    exception kept, not an infrastructure failure (the judges run on the host)."""
+    await env.reset(AREA)
+    result = await env.step(calls(call("area", base=10**400, height=5)))
+    assert result.done and result.components["outcome"] == 0.0
+    assert result.info.failure is FailureReason.CHECKER_REJECTED and not result.info.infrastructure
+    assert result.info.detail.startswith("the checker failed on it: OverflowError")
+
+
 async def test_abstaining_is_right_when_no_call_is_expected(env: ToolsEnv) -> None:
     irrelevant = AREA.model_copy(update={"expected_calls": [], "reference": "[]"})
     await env.reset(irrelevant)

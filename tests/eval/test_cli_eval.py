@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,7 @@ def test_table_for_a_shard(env: dict[str, str], tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "policy reference" in proc.stdout and "pass@2" in proc.stdout
     assert "domain code" in proc.stdout and "tag humaneval" in proc.stdout
+    assert "infra failures" in proc.stdout  # beside every success rate, 0 here
 
 
 @pytest.mark.parametrize(
@@ -104,3 +106,8 @@ def test_infrastructure_failures_exit_3_and_are_reported(
     e2e = out["end_to_end"]
     assert e2e["infra_failed"] > 0 and e2e["total"] == 0 and e2e["success_rate"] is None
     assert "failed for infrastructure reasons" in result.stderr
+    table = CliRunner().invoke(app, args[:-1])  # the table says how many were left out
+    assert table.exit_code == 3
+    row = re.search(r"│ all\s+│\s+(\d+)\s+│\s+(\d+)\s+│\s+(\S+)\s+│\s+(\d+)\s+│", table.stdout)
+    assert row is not None, table.stdout
+    assert row.groups() == ("0", "0", "–", str(e2e["infra_failed"]))

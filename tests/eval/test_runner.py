@@ -121,6 +121,28 @@ async def test_infrastructure_failures_are_counted_apart(
     assert report.trajectory.episodes == 0
 
 
+async def test_an_answer_its_checker_fails_on_is_judged_wrong_not_left_out(
+    pool: SandboxPool,
+) -> None:
+    """math-verify raises on a 5000-digit answer: the episode counts, as a failure (before, the
+    checker's crash left it out of the denominator as an infrastructure failure)."""
+
+    class Huge:
+        name = "huge"
+
+        async def act(self, context: Context) -> Action | None:
+            value = "1" * 5000 if context.task.id == "half" else "2"
+            return Action(tool_calls=[ToolCall(id="a", name="answer", arguments={"value": value})])
+
+    half = MathTask(id="half", prompt="1/2 as a fraction?", answer="\\frac{1}{2}")
+    two = MathTask(id="two", prompt="1+1?", answer="2")
+    report = await evaluate(TaskSet("m", [half, two], total=2), Huge(), pool)
+    e2e = report.end_to_end
+    assert (e2e.passed, e2e.total, e2e.infra_failed, e2e.success_rate) == (1, 2, 0, 0.5)
+    assert report.single_step.failures == {"checker_rejected": 1}
+    assert report.single_step.infra_steps == 0
+
+
 async def test_unregistered_domain_is_refused_by_name(
     pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -233,7 +233,11 @@ def test_card_has_front_matter_training_and_the_runs_eval_table(
     evals = [json.loads(line) for line in (lora_run / "evals.jsonl").read_text().splitlines()]
     assert [e["phase"] for e in evals] == ["before", "warm start", "main"]
     assert "| held-out set | before training | after warm start | after RL (step 1) |" in card
-    cells = [f"{100 * e['success']:.0f}% ({e['passed']}/{e['total']})" for e in evals]
+    cells = [
+        f"{100 * e['success']:.0f}% ({e['passed']}/{e['total']}; infra failures "
+        f"{e['infra_failed']})"
+        for e in evals
+    ]
     assert f"| `add` | {cells[0]} | {cells[1]} | {cells[2]} |" in card
     assert "Warm start" in card and "LoRA r=4" in card and "GRPO" in card
     assert "| Precision | float32 for sampling and learning |" in card  # config.yaml, resolved

@@ -26,7 +26,7 @@ def test_run_progress_draws_step_phase_activity_and_stats_on_a_terminal() -> Non
         drawn = out.getvalue()
     assert "quickstart · math" in drawn
     assert "2/4" in drawn
-    assert "rollout | success 50% reward 0.250 | 120 tok/s 1.50 ep/s" in drawn
+    assert "rollout | success 50% (infra failures 0) reward 0.250 | 120 tok/s 1.50 ep/s" in drawn
     assert "ETA" in drawn
 
 
@@ -39,7 +39,19 @@ def test_episode_progress_counts_success_and_reward() -> None:
         drawn = out.getvalue()
     assert progress.success_rate == 1 / 3
     assert "eval add · scripted" in drawn and "3/4" in drawn
-    assert "success 1/3 (33%) | reward 0.333" in drawn
+    assert "success 1/3 (33%; infra failures 0) | reward 0.333" in drawn
+
+
+def test_episode_progress_leaves_infrastructure_failures_out_of_the_rate() -> None:
+    con, out = console(True)
+    with EpisodeProgress("eval", total=4, console=con) as progress:
+        progress.add(True, 1.0)
+        progress.add(False, 0.0)
+        progress.add(False, 0.0, count=2, infra=True)
+        progress._progress.refresh()  # type: ignore[union-attr]
+        drawn = out.getvalue()
+    assert progress.success_rate == 1 / 2  # 1 of the 2 judged; the 2 infra failures left out
+    assert "success 1/2 (50%; infra failures 2)" in drawn
 
 
 def test_no_live_display_on_a_pipe_or_when_quiet() -> None:

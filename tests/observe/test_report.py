@@ -435,7 +435,7 @@ def test_a_damaged_log_names_the_line_but_a_torn_last_line_is_skipped(tmp_path: 
 def test_the_headline_says_what_the_warm_start_and_rl_each_gave(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
-    evals = [("before", 0, 0), ("warm start", 0, 18), ("main", 6, 20)]
+    evals = [("before", 0, 0, 0), ("warm start", 0, 18, 0), ("main", 6, 20, 2)]
     (run / "evals.jsonl").write_text(
         "".join(
             json.dumps(
@@ -446,21 +446,37 @@ def test_the_headline_says_what_the_warm_start_and_rl_each_gave(tmp_path: Path) 
                     "success": passed / 32,
                     "passed": passed,
                     "total": 32,
-                    "infra_failed": 0,
+                    "infra_failed": infra,
                     "seconds": 1.0,
                 }
             )
             + "\n"
-            for phase, step, passed in evals
+            for phase, step, passed, infra in evals
         )
     )
-    metrics = [{"step": s, "episodes": 16, "success_rate": 0.5} for s in range(1, 7)]
+    metrics = [{"step": s, "episodes": 16, "success_rate": 0.5, "infra_errors": int(s == 3)}
+               for s in range(1, 7)]  # fmt: skip
     (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     (run / "result.json").write_text(json.dumps({"steps": 6, "elapsed_s": 516.0}))
     assert headline(load_run(run)) == (
         "Held-out success 0% → 62% over 6 updates in 8.6 min; the warm start gave +56 pts, "
-        "RL +6 pts."
+        "RL +6 pts; infra failures 2."  # the episodes left out of the rates shown
     )
+    page = build_report(run).read_text()  # every success rate says how many it left out
+    assert "62% <small>(20/32; infra failures 2)</small>" in page  # the summary table
+    assert '<th class="num">infra failures</th>' in page  # the evaluations table
+    assert "Infra failures are left out (1 over the run)" in page  # the training curve
+
+
+def test_a_headline_from_training_alone_counts_its_infra_failures(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    metrics = [{"step": 1, "episodes": 8, "success_rate": None, "infra_errors": 8},
+               {"step": 2, "episodes": 8, "success_rate": 0.25, "infra_errors": 0}]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    assert headline(load_run(run)).startswith(
+        "Training success not recorded → 25% (first → last update; infra failures 8) over 2 updates"
+    )  # the first update's episodes all failed for the infrastructure: no rate, not 0%
 
 
 def test_a_finished_runs_headline_gives_its_accounting_with_n_and_interval(

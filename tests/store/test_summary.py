@@ -108,7 +108,7 @@ def test_all_infrastructure_failed_is_not_a_zero_success_rate(make: MakeTrajecto
     s = summarize([make(0, ending=Ending.INFRA_ERROR, failure="sandbox_error")])
     assert s.overall.success_rate is None
     assert s.overall.mean_reward is None
-    assert "success n/a (0/0; 1 infrastructure-failed)" in format_summary(s)
+    assert "success n/a (0/0; infra failures 1)" in format_summary(s)
 
 
 def test_empty_summary() -> None:
@@ -132,11 +132,11 @@ def test_format_summary(rollout: list[Trajectory]) -> None:
     text = format_summary(summarize(rollout))
     lines = text.splitlines()
     assert lines[0] == (
-        "7 trajectories · 3 tasks · success 50.0% (3/6; 1 infrastructure-failed) · "
+        "7 trajectories · 3 tasks · success 50.0% (3/6; infra failures 1) · "
         "mean reward 0.625 · pass@1 0.556 pass@3 1.000"
     )
-    assert lines[1].startswith("by domain: code success 75.0% (3/4; 1 infrastructure-failed)")
-    assert "sql success 0.0% (0/2)" in lines[1]
+    assert lines[1].startswith("by domain: code success 75.0% (3/4; infra failures 1)")
+    assert "sql success 0.0% (0/2; infra failures 0)" in lines[1]
     assert lines[2] == "endings: done 5, infra_error 1, step_limit 1"
     assert lines[3] == "failures: tool_error 2, sandbox_error 1, step_limit 1"
     assert "tokens 69 (32 generated) · retries 3" in lines[4]

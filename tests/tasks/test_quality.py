@@ -99,16 +99,19 @@ async def test_integers_compared_on_the_host_as_math_verify_does(pool: SandboxPo
     """The host's digit comparison gives math-verify's verdict on every pair of integers."""
     checker = await checker_pool(pool)
     comparable = [(e, final_value(g).replace(",", "")) for e, g in INTEGER_PAIRS]
-    result = await checker.run(ExecRequest(code=PROGRAM, stdin=json.dumps(comparable)))
+    spec = {"budget_s": 5.0, "pairs": comparable}
+    result = await checker.run(ExecRequest(code=PROGRAM, stdin=json.dumps(spec)))
     assert result.stdout, result
-    assert [integer_verdict(e, g) for e, g in INTEGER_PAIRS] == json.loads(result.stdout)
+    checked = [item["equal"] for item in json.loads(result.stdout)]
+    assert [integer_verdict(e, g) for e, g in INTEGER_PAIRS] == checked
     assert integer_verdict("391", "17*23") is None  # not an integer: the sandbox decides
     assert integer_verdict("0.5", "1/2") is None
 
 
 async def test_math_equal_in_the_sandbox(pool: SandboxPool) -> None:
     found = await math_equal_many(pool, [(e, g) for e, g, _ in MATH_CASES])
-    assert found == [equal for _, _, equal in MATH_CASES]
+    assert [v.equal for v in found] == [equal for _, _, equal in MATH_CASES]
+    assert not any(v.rejected or v.problem for v in found)  # verdicts, no checker failure
 
 
 @pytest.mark.parametrize(
@@ -224,6 +227,35 @@ async def test_verify_without_origins_still_names_the_task(pool: SandboxPool) ->
     (q,) = found.failed
     assert q.task_id == "math/wrong" and q.field == "reference"
     assert found.passed == []
+
+
+async def test_math_checker_failures_quarantine_and_a_checker_that_cannot_run_does_not(
+    pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reference the checker raises on fails; an answer that breaks the checker is the task's
+    fault too; a checker that cannot start leaves the task unverified."""
+    from honing.tasks import MathTask, mathcheck
+
+    huge = "1" * 5000  # math-verify raises on it (Python's 4300-digit limit)
+    tasks = [
+        MathTask(id="m/rejected", prompt="1/2?", answer="\\frac{1}{2}", reference=huge),
+        MathTask(id="m/broken", prompt="Big?", answer=huge, reference="1.5"),
+    ]
+    found = await verify_references(list(tasks), pool)
+    reasons = {q.task_id: q.reason for q in found.failed}
+    assert reasons["m/rejected"].startswith("reference: math-verify raised SympifyError")
+    assert reasons["m/broken"].startswith("the task's answer breaks the checker")
+    assert found.unverified == [] and found.passed == []
+
+    async def plain(pool: SandboxPool) -> SandboxPool:
+        return pool  # no math-verify in these cells
+
+    monkeypatch.setattr(mathcheck, "checker_pool", plain)
+    found = await verify_references(list(tasks), pool)
+    assert [(t.id, "No module named 'math_verify'" in why) for t, why in found.unverified] == [
+        ("m/rejected", True), ("m/broken", True),
+    ]  # fmt: skip
+    assert found.failed == []
 
 
 async def test_all_humaneval_references_pass(pool: SandboxPool) -> None:

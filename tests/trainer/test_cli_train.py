@@ -52,6 +52,9 @@ def test_train_runs_prints_the_line_and_resumes(tmp_path: Path, tiny_model_dir: 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert LAST_LINE.match(proc.stdout.strip().splitlines()[-1]), proc.stdout
     assert "step 1/1" in proc.stderr and "start-up check" in proc.stderr
+    # every success figure says how many episodes it left out as infrastructure failures
+    assert re.search(r"step 1/1 \[[^\]]+\] success (\d+%|n/a) \(infra failures 0\)", proc.stderr)
+    assert re.search(r"eval m \(before\): success \d+% \(\d/2; infra failures 0\)", proc.stderr)
     evals = [json.loads(line) for line in (run / "evals.jsonl").read_text().splitlines()]
     assert [(e["phase"], e["total"]) for e in evals] == [("before", 2), ("main", 2)]
 

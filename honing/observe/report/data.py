@@ -37,7 +37,7 @@ class UpdatePoint:
     step: int  # 1-based: updates done after it
     phase: str
     episodes: int
-    success_rate: float
+    success_rate: float | None  # infra failures left out; None when nothing could be judged
     reward_mean: float
     infra_errors: int
     rollout_s: float
@@ -69,6 +69,11 @@ class EpisodePoint:
     total_s: float
     policy_version: int
     staleness: int | None
+
+    @property
+    def infra_failed(self) -> bool:
+        """The infrastructure failed it (retries spent): left out of success rates."""
+        return not self.success and self.ending == "infra_error"
 
     @property
     def outcome(self) -> str:
@@ -333,7 +338,7 @@ def _update(record: dict[str, Any]) -> UpdatePoint:
         step=int(record.get("step") or 0),
         phase=str(record.get("phase") or ""),
         episodes=int(record.get("episodes") or 0),
-        success_rate=_float(record.get("success_rate")) or 0.0,
+        success_rate=_float(record.get("success_rate")),
         reward_mean=_float(record.get("reward_mean")) or 0.0,
         infra_errors=int(record.get("infra_errors") or 0),
         rollout_s=_float(record.get("rollout_s")) or 0.0,

@@ -67,6 +67,11 @@ def _pooled(rows: Sequence[EvalRow]) -> float | None:
     return sum(r.passed for r in rows) / total if total else None
 
 
+def _judged(passed: int, total: int, infra: int) -> str:
+    """The counts beside a success rate: `(passed/judged; infra failures N)`."""
+    return f"({passed}/{total}; infra failures {infra})"
+
+
 def _eval_points(evals: Sequence[EvalRow]) -> list[tuple[str, list[EvalRow]]]:
     """The evaluation points in run order (before, warm start, update N...), each with its sets."""
     points: dict[tuple[int, int, str], list[EvalRow]] = {}
@@ -134,20 +139,26 @@ def headline(data: RunData) -> str:
         if not data.updates:
             return f"No update finished and no held-out set was evaluated{unfinished}."
         first, last = data.updates[0], data.updates[-1]
+        infra = sum(u.infra_errors for u in data.updates)
         return (
             f"Training success {pct(first.success_rate)} → {pct(last.success_rate)} (first → "
-            f"last update) over {updates}{took}; no held-out set was evaluated{unfinished}."
+            f"last update; infra failures {infra}) over {updates}{took}; no held-out set was "
+            f"evaluated{unfinished}."
         )
     start = before if before is not None else warm
     end = after if after is not None else (warm if warm is not None else before)
     assert start is not None and end is not None
+    shown = [rows for label, rows in points if label in (BEFORE, WARM_START)] + (
+        [last_rows] if after is not None else []
+    )
+    infra = sum(r.infra_failed for rows in shown for r in rows)
     text = f"Held-out success {pct(start)} → {pct(end)} over {updates}{took}"
     if warm is not None and before is not None:
         rl = f", RL {pts(after - warm)}" if after is not None else ", no evaluation after RL yet"
         text += f"; the warm start gave {pts(warm - before)}{rl}"
     elif end is not start:
         text += f" ({pts(end - start)})"
-    return text + unfinished + "."
+    return text + f"; infra failures {infra}" + unfinished + "."
 
 
 # -- sections --------------------------------------------------------------------------------------
@@ -194,7 +205,8 @@ def summary_section(data: RunData) -> str:
                     cells.append("—")
                     continue
                 values.append(row.success)
-                cells.append(f"{pct(row.success)} <small>({row.passed}/{row.total})</small>")
+                counts = _judged(row.passed, row.total, row.infra_failed)
+                cells.append(f"{pct(row.success)} <small>{counts}</small>")
             first, last = values[0] if values else None, values[-1] if values else None
             change = pts(last - first) if first is not None and last is not None else "—"
             rows.append([esc(name), *cells, change])
@@ -230,7 +242,9 @@ def _mean_at(episodes: Sequence[EpisodePoint], step: int, component: str) -> flo
 
 
 def progress_section(data: RunData) -> str:
-    updates, episodes = data.updates, [e for e in data.episodes if e.step > 0]
+    updates = data.updates
+    episodes = [e for e in data.episodes if e.step > 0 and not e.infra_failed]
+    infra = sum(u.infra_errors for u in updates)
     if not updates:
         return section_html(
             "progress",
@@ -242,7 +256,7 @@ def progress_section(data: RunData) -> str:
         "chart-success",
         "Training success per update",
         "Share of each update's episodes that succeeded: it should trend up; flat at 0% or "
-        "100% gives the learner no signal.",
+        f"100% gives the learner no signal. Infra failures are left out ({infra} over the run).",
         [Series("success", [(u.step, u.success_rate) for u in updates], SUCCESS_COLOR)],
         percent=True,
     )
@@ -338,26 +352,27 @@ def evals_section(data: RunData) -> str:
         x_names=labels,
         percent=True,
     )
-    infra = any(r.infra_failed for r in data.evals)
     table_rows = [
         [
             esc(r.label),
             esc(r.set),
             f"{pct(r.success)} <small>({r.passed}/{r.total})</small>",
+            str(r.infra_failed),
             pct(r.well_formed),
             duration(r.seconds),
         ]
-        + ([str(r.infra_failed)] if infra else [])
         for _, rows_at in points
         for r in rows_at
     ]
     table = table_html(
-        ["when", "set", "success", "well-formed", "took"] + (["infra failures"] if infra else []),
+        ["when", "set", "success", "infra failures", "well-formed", "took"],
         table_rows,
         {2, 3, 4, 5},
     ) + (
-        '<p class="note">Well-formed: the share of model turns that were a valid action (a tool '
-        "call the environment could parse).</p>"
+        '<p class="note">Success: passed of the judged episodes; infra failures (the '
+        "infrastructure failed the episode: sandbox, engine, or a checker that could not run) "
+        "are left out of it. Well-formed: the share of model turns that were a valid action (a "
+        "tool call the environment could parse).</p>"
     )
     return section_html("evals", "Held-out evaluations", pairs_html([chart.html(), table]))
 
@@ -373,7 +388,7 @@ def failures_section(data: RunData) -> str:
     counts = Counter(e.outcome for e in episodes)
     reasons = [r for r, _ in counts.most_common() if r != "success"]
     categories = [("success", SUCCESS_COLOR)] + [
-        (r, "#7f7f7f" if r in INFRA_ENDINGS else c)
+        (r, "#7f7f7f" if r in INFRA_ENDINGS or r.startswith("infra:") else c)
         for r, c in zip(reasons, [p for p in PALETTE if p != SUCCESS_COLOR] * 3, strict=False)
     ]
     steps = sorted({e.step for e in episodes})
@@ -410,8 +425,9 @@ _REASON_WORDS = {
     "step_timeout": "one step took longer than env.step_timeout_s",
     "step_limit": "used all its turns (agent.max_turns) without finishing",
     "episode_timeout": "the episode took longer than env.episode_timeout_s",
+    "checker_rejected": "the answer checker failed on the model's answer (counted wrong)",
     "sandbox_error": "infrastructure: the sandbox failed",
-    "verifier_crash": "infrastructure: honing's verifier failed",
+    "verifier_crash": "infrastructure: the answer checker could not run or finish",
     "infra_error": "infrastructure: retries exhausted",
     "stopped": "the model stopped without acting",
     "context_limit": "the context or token budget ran out",
@@ -623,6 +639,10 @@ def signal_section(data: RunData) -> str:
     )
 
 
+SLOW_COLUMNS = ["task", "domain", "episodes", "mean time", "generation", "environment", "success",
+                "infra failures"]  # fmt: skip
+
+
 def tasks_section(data: RunData) -> str:
     episodes = data.episodes
     if not episodes:
@@ -632,6 +652,14 @@ def tasks_section(data: RunData) -> str:
     by_task: dict[str, list[EpisodePoint]] = defaultdict(list)
     for e in episodes:
         by_task[e.task_id].append(e)
+
+    def success(eps: Sequence[EpisodePoint]) -> str:
+        judged = [e.success for e in eps if not e.infra_failed]
+        return pct(mean(judged)) if judged else "—"
+
+    def infra(eps: Sequence[EpisodePoint]) -> str:
+        return str(sum(e.infra_failed for e in eps))
+
     slow = sorted(by_task.items(), key=lambda kv: -mean(e.total_s for e in kv[1]))[:8]
     slow_rows = [
         [
@@ -641,7 +669,8 @@ def tasks_section(data: RunData) -> str:
             duration(mean(e.total_s for e in eps)),
             duration(mean(e.generation_s for e in eps)),
             duration(mean(e.env_s for e in eps)),
-            pct(mean(e.success for e in eps)),
+            success(eps),
+            infra(eps),
         ]
         for task, eps in slow
     ]
@@ -657,23 +686,27 @@ def tasks_section(data: RunData) -> str:
                 f"<code>{esc(task)}</code>",
                 esc(eps[0].domain),
                 f"{sum(not e.success for e in eps)} of {len(eps)}",
-                pct(mean(e.success for e in eps)),
+                success(eps),
+                infra(eps),
                 f"{esc(reason)} ({count})",
             ]
         )
     body = (
         "<h3>Slowest tasks</h3>"
         '<p class="note">Mean wall time of an episode, and how it splits between the model '
-        "(generation) and the environment (tools, sandbox, scoring).</p>"
+        "(generation) and the environment (tools, sandbox, scoring). Success is over the "
+        "episodes the infrastructure did not fail (infra failures: left out).</p>"
         + table_html(
-            ["task", "domain", "episodes", "mean time", "generation", "environment", "success"],
+            SLOW_COLUMNS,
             slow_rows,
-            {2, 3, 4, 5, 6},
+            {2, 3, 4, 5, 6, 7},
         )
         + "<h3>Most often failing tasks</h3>"
         + (
             table_html(
-                ["task", "domain", "failed", "success", "most common reason"], fail_rows, {2, 3}
+                ["task", "domain", "failed", "success", "infra failures", "most common reason"],
+                fail_rows,
+                {2, 3, 4},
             )
             if fail_rows
             else '<p class="note">No training episode failed.</p>'
