@@ -5,8 +5,10 @@
 The engine answers each math task "What is A + B?" through the answer tool; whether the answer is
 right depends on the request's seed (so a group's samples differ and every update has signal),
 and, with `forget_after` set in the config file's "test" section, additions are answered wrongly
-once that many updates are done (to provoke forgetting). `--kill-after STEP` SIGKILLs this
-process right after update STEP, before its evaluation or checkpoint.
+once that many updates are done (to provoke forgetting). With `"engine": "hf"` in that section
+the run's own engine plays instead: the real model, as `honing train` builds it.
+`--kill-after STEP` SIGKILLs this process right after update STEP, before its evaluation or
+checkpoint.
 """
 
 from __future__ import annotations
@@ -50,7 +52,11 @@ def main() -> None:
             value += 1
         return f'<tool_call>{{"name": "answer", "arguments": {{"value": "{value}"}}}}</tool_call>'
 
-    engine = ScriptedEngine(respond, tokenizer=tokenizer, by_seed=True)
+    engine = (
+        None
+        if test.get("engine") == "hf"
+        else ScriptedEngine(respond, tokenizer=tokenizer, by_seed=True)
+    )
 
     done = [0]
 
