@@ -9,6 +9,7 @@
     honing rollout --tasks SPEC --model M --out DIR   generate trajectories into a store
     honing store query RUN "SQL"             query a run's trajectories with DuckDB
     honing store describe RUN                the views and columns a query can use
+    honing store rescore RUN [--tasks SPEC]  replay stored actions through today's verifiers
     honing check-template MODEL              is the model's chat template safe for multi-turn RL?
     honing train CONFIG.yaml [key=value ...]  the closed loop: rollouts, updates, held-out evals
     honing train --resume RUN_DIR            continue a run from its latest checkpoint
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from honing import __version__
 from honing.config import SandboxConfig, default_home, validate_model
@@ -50,6 +52,8 @@ if TYPE_CHECKING:
     from honing.rollout.agent import AgentConfig
     from honing.rollout.engines.base import Engine, SamplingParams
     from honing.rollout.saved_agent import SavedAgent
+    from honing.store.rescore import Rescore, RescoreSummary
+    from honing.trainer.rescore import RescorePlan
 
 app = typer.Typer(
     help="honing: post-train language models with RL in real, verifiable environments.",
@@ -444,6 +448,7 @@ def eval_command(
 
     async def go() -> EvalReport:
         async with SandboxPool(config) as pool:
+            err.print(f"sandbox: {pool.enforcement.describe()}", highlight=False, markup=False)
             label = f"eval {taskset.name} · {policy}"
             with EpisodeProgress(label, total, err, quiet=quiet or json_out) as progress:
 
@@ -750,6 +755,126 @@ def store_describe(
     except HoningError as exc:
         raise _fail(str(exc)) from exc
     typer.echo(format_views(views))
+
+
+@store_app.command("rescore")
+def store_rescore(
+    run: Annotated[Path, typer.Argument(help="Run directory (honing train's or rollout's out).")],
+    tasks: Annotated[
+        str | None,
+        typer.Option(
+            help="The task set the run played (path, URL or built-in name); default: the run's "
+            "own sources (config.yaml or rollout.json)."
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Trajectories replayed at once (default: twice the cells).")
+    ] = None,
+    isolation: Annotated[
+        str | None, typer.Option(help="bwrap or none (default: the run's sandbox config).")
+    ] = None,
+    max_rows: Annotated[int, typer.Option(help="Changed verdicts listed at most.")] = 30,
+    quiet: Quiet = False,
+) -> None:
+    """Re-score a run without regenerating it: replay every stored trajectory's actions through
+    the current environments and verifiers (no model), write the new rewards beside the old ones
+    (RUN/rescores/STAMP/, with each verifier's version) and list the verdicts that changed.
+
+    A replay that takes another course than the stored episode is reported as diverged; one the
+    infrastructure failed is counted apart (exit status 3), never as a changed verdict.
+    """
+    from honing.store.rescore import RescoreStatus, write_rescores
+    from honing.trainer.rescore import plan_rescore, rescore_run
+
+    if concurrency is not None and concurrency < 1:
+        raise _fail(f"--concurrency {concurrency}: must be at least 1")
+    try:
+        plan = plan_rescore(run, tasks, isolation=isolation)
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    err.print(f"re-scoring {plan.total} trajectories of {run} (tasks: {plan.source})",
+              highlight=False, markup=False)  # fmt: skip
+
+    async def go() -> list[Rescore]:
+        async with SandboxPool(plan.sandbox) as pool:
+            with EpisodeProgress(f"rescore {run.name}", plan.total, err, quiet=quiet) as progress:
+                quarter = max(1, plan.total // 4)
+
+                def on_row(row: Rescore) -> None:
+                    infra = row.status is RescoreStatus.INFRA_ERROR
+                    progress.add(bool(row.new_success), row.new_reward, infra=infra)
+                    due = progress.done % quarter == 0 or progress.done == plan.total
+                    if due and not progress.live and not quiet:
+                        err.print(f"rescore: {progress.done}/{plan.total} replayed",
+                                  highlight=False)  # fmt: skip
+
+                return await rescore_run(plan, pool, concurrency=concurrency, on_row=on_row)
+
+    try:
+        rows = asyncio.run(go())
+        path = write_rescores(run, rows, plan.meta(rows))
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    except KeyboardInterrupt:
+        err.print("interrupted: no re-scores written; the run is untouched", highlight=False)
+        raise typer.Exit(130) from None
+    summary = _print_rescore(rows, plan, max_rows)
+    err.print(f"written: {path} (rescores.parquet: one row per trajectory, old and new scores; "
+              "rescore.json: verifier versions and settings)", highlight=False)  # fmt: skip
+    typer.echo(summary.line())
+    if summary.overall.statuses[RescoreStatus.INFRA_ERROR]:
+        raise typer.Exit(3)
+
+
+def _print_rescore(rows: list[Rescore], plan: RescorePlan, max_rows: int) -> RescoreSummary:
+    """Counts per domain, the changed verdicts, the divergences and infrastructure causes."""
+    from honing.envs.verifiers import verifier_version
+    from honing.store.rescore import RescoreStatus, RescoreSummary
+
+    summary = RescoreSummary.of(rows)
+    console = Console()
+    title = ("re-scored (t→f: true→false; infra: no new verdict, counted apart; skipped: no "
+             "stored verdict)")  # fmt: skip
+    columns = ["total", "same", "changed", "t→f", "f→t", "diverged", "infra", "skipped"]
+    table = _eval_table(title, columns)
+    for name, c in [("all", summary.overall), *summary.domains.items()]:
+        s = c.statuses
+        table.add_row(name, str(c.trajectories), str(s[RescoreStatus.SAME]),
+                      str(s[RescoreStatus.CHANGED]), str(c.true_to_false), str(c.false_to_true),
+                      str(s[RescoreStatus.DIVERGED]), str(s[RescoreStatus.INFRA_ERROR]),
+                      str(s[RescoreStatus.SKIPPED]))  # fmt: skip
+    console.print(table)
+    for domain in plan.domains:
+        console.print(f"verifier {verifier_version(domain)}", highlight=False, markup=False)
+    if summary.changed:
+        changed = Table(title="verdicts that changed (success then → now)")
+        for column in ("task", "verdict", "reward", "last action"):
+            changed.add_column(column, overflow="fold")
+        for r in summary.changed[:max_rows]:
+            changed.add_row(r.task_id, r.flip, f"{r.old_reward:g} → {r.new_reward:g}",
+                            Text(r.last_action[:60]))  # fmt: skip
+        console.print(changed)
+        if len(summary.changed) > max_rows:
+            console.print(f"… {len(summary.changed) - max_rows} more in rescores.parquet",
+                          highlight=False)  # fmt: skip
+    if summary.diverged:
+        diverged = Table(title="diverged (the replay took another course)")
+        for column in ("task", "trajectory", "turn", "how"):
+            diverged.add_column(column, overflow="fold")
+        for r in summary.diverged[:10]:
+            diverged.add_row(r.task_id, r.id[:12], str(r.turn), Text(r.detail))
+        console.print(diverged)
+        at_reset = sum(r.turn == 0 for r in summary.diverged)
+        if at_reset:
+            err.print(f"{at_reset} diverged at the reset: their tasks are not the ones the run "
+                      "played (a changed file or generator?); give the original task set with "
+                      "--tasks SPEC", highlight=False)  # fmt: skip
+    causes: dict[str, int] = {}
+    for r in summary.infra:
+        causes[r.detail] = causes.get(r.detail, 0) + 1
+    for cause, count in sorted(causes.items(), key=lambda item: -item[1])[:3]:
+        err.print(f"infra error {count} × {cause}", highlight=False, markup=False)
+    return summary
 
 
 @app.command("check-template")

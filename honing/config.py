@@ -31,6 +31,20 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class SandboxRequire(StrictModel):
+    """Protections a pool must have: without one it refuses to start, instead of warning and
+    running with a weaker fallback (see docs/sandbox.md, "Enforcement")."""
+
+    cgroup: bool = Field(
+        False,
+        description="Memory and process limits by a cgroup (v1, or a delegated v2 group); "
+        "without one the pool would limit memory per process (RLIMIT_AS) and have no pids cgroup.",
+    )
+    seccomp: bool = Field(
+        False, description="The syscall filter jobs run under (installed on x86_64 only)."
+    )
+
+
 class SandboxConfig(StrictModel):
     """How programs are executed; limits an `ExecRequest` leaves unset come from here."""
 
@@ -66,6 +80,11 @@ class SandboxConfig(StrictModel):
     root: Path | None = Field(
         None,
         description="Where cells keep their workspaces; default: a fresh directory in $TMPDIR.",
+    )
+    require: SandboxRequire = Field(
+        default_factory=SandboxRequire,
+        description="Refuse to start without these protections ({cgroup: true, seccomp: true}) "
+        "instead of warning and falling back.",
     )
 
     @property

@@ -55,10 +55,12 @@ class ExecRequest:
 class ExecResult:
     """The outcome of one execution. `signal` is set when a signal ended the program.
 
-    `memory_enforcement` says how the memory limit was enforced: "cgroup" (a memory cgroup of the
-    cell: the limit counts everything the program maps and touches) or "rlimit_as" (address space
-    limit of each process: coarser, used where no cgroup can be created). `error` explains a
-    `sandbox_error` or a limit hit.
+    `memory_enforcement` says how the memory limit was enforced: "cgroup_v1" or "cgroup_v2" (a
+    memory cgroup of the cell: the limit counts everything the job's processes map and touch
+    together) or "rlimit_as" (the address-space limit of each process: a fallback where no cgroup
+    can be used, under which a job of N processes may use N times the limit; "none" when nothing
+    ran). `seccomp` says whether the job ran under the sandbox's syscall filter. `error` explains
+    a `sandbox_error` or a limit hit.
     """
 
     status: ExecStatus
@@ -72,6 +74,7 @@ class ExecResult:
     cpu_s: float = 0.0
     peak_memory_mb: float = 0.0
     memory_enforcement: str = "none"
+    seccomp: bool = False
     files: dict[str, bytes] = field(default_factory=dict)
     error: str = ""
 

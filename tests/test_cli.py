@@ -27,6 +27,7 @@ COMMANDS = [
     ["store"],
     ["store", "query"],
     ["store", "describe"],
+    ["store", "rescore"],
     ["check-template"],
     ["train"],
     ["sft"],

@@ -2,8 +2,8 @@
 
 Covered: the contract (actions, observations, named rewards, failure taxonomy, task state,
 limits, checkpoint/rollback) and the `code`, `math`, `tools` and `sql` domains; `registry` maps a
-domain to its environment. Not covered here: the agent loop that turns a model's text into
-actions (the rollout layer).
+domain to its environment; `verifiers` versions each domain's scoring code (for re-scores).
+Not covered here: the agent loop that turns a model's text into actions (the rollout layer).
 """
 
 from honing.envs.base import (

@@ -49,6 +49,7 @@ KINDS: dict[str, str] = {
     "sync": "seconds, mode",
     "eval": "phase, set, success, passed, total, infra_failed, seconds, well_formed, mean_steps, "
     "recovery",
+    "sandbox_start": "memory, pids_cgroup, seccomp, isolation, missing, description",
     "sandbox": "cells, busy_fraction, queued, runs",
     "checkpoint": "path, seconds",
     "warning": "message",

@@ -7,6 +7,7 @@
     slots           priority-aware slot semaphores
     scheduler       many episodes in flight: groups, priorities, retries, staleness, elasticity
     offline         `honing rollout`: a task set through the scheduler into the store
+    replay          a stored trajectory's actions through the current environment (re-scoring)
     template_check  `honing check-template`
     ray/            engine and env workers as Ray actors for the same scheduler
 

@@ -12,13 +12,15 @@ Covered — a program run here, however hostile, cannot:
   * learn the host's environment variables: the environment is a fixed allow-list;
   * outlive its execution: when it ends, times out or hits a limit, every process of the cell but
     the zygote is SIGKILLed — children and daemonised grandchildren included;
-  * exhaust the host: wall time, CPU time, memory (a cgroup, else RLIMIT_AS — see
-    `ExecResult.memory_enforcement`), processes, output bytes, file size and /tmp size are limited;
+  * exhaust the host: wall time, CPU time, memory (a cgroup v1 or v2, else RLIMIT_AS per process
+    with a warning — see `SandboxPool.enforcement`), processes, output bytes, file size and /tmp
+    size are limited;
   * gain privileges: all capabilities are dropped, no_new_privs is set, and it cannot create user
     namespaces;
   * reach rarely needed kernel interfaces (x86_64): a seccomp filter refuses ptrace, bpf,
     io_uring, userfaultfd, perf_event_open, keyrings, process_vm_* and System V IPC (whose
-    objects would outlive the job; elsewhere they are removed after each job).
+    objects would outlive the job; elsewhere they are removed after each job). Without it the
+    pool warns; `SandboxConfig.require` makes a missing cgroup or filter refuse to start.
 
 Not covered:
   * kernel exploits: the boundary is the Linux kernel's namespaces, not a VM (use gVisor or a VM
@@ -37,11 +39,12 @@ zygote) that forks one child per job, so a run costs a fork, not a process or sa
 """
 
 from honing.config import SandboxConfig
-from honing.sandbox.pool import PoolUsage, SandboxPool, Workspace
+from honing.sandbox.pool import Enforcement, PoolUsage, SandboxPool, Workspace
 from honing.sandbox.runtime import RuntimeStore
 from honing.types import ExecRequest, ExecResult, ExecStatus
 
 __all__ = [
+    "Enforcement",
     "ExecRequest",
     "ExecResult",
     "ExecStatus",

@@ -44,6 +44,7 @@ class Cell:
         self.baseline_bytes = 0
         self.oom_kills = 0  # the cgroup's OOM-kill count after the last job
         self.seccomp = False  # whether the zygote installed the syscall filter jobs inherit
+        self.seccomp_error = ""  # why it did not, as the zygote said
         self._proc: asyncio.subprocess.Process | None = None
         self._memory_limit: int | None = None
         self._max_procs: int | None = None
@@ -82,6 +83,7 @@ class Cell:
             await self.kill()
             raise SandboxUnavailable(f"sandbox cell {self.name} sent {ready!r} instead of ready")
         self.seccomp = bool(ready.get("seccomp"))
+        self.seccomp_error = "" if self.seccomp else str(ready.get("seccomp_error") or "unknown")
         if self.cgroup is not None:
             self.baseline_bytes = self.cgroup.usage()
             self.oom_kills = self.cgroup.oom_kills()

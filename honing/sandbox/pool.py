@@ -10,6 +10,10 @@
         await pool.resize(8)                        # grow or shrink; busy cells finish first
         before = pool.usage(); ...; pool.usage().since(before).busy_fraction   # utilisation
 
+`pool.enforcement` says how its limits are enforced (a memory cgroup v1/v2 or the RLIMIT_AS
+fallback, a pids cgroup, the seccomp filter); a missing protection is logged as a warning at start,
+or, when `SandboxConfig.require` asks for it, makes the start fail with `SandboxUnavailable`.
+
 Each run takes an idle cell, fills its workspace, sets the cell's memory limit, sends the job and
 classifies the reply into an `ExecResult`. A cell that crashes is replaced in the background;
 runs waiting for a cell simply get the replacement, so no queued work is lost. The run that was
@@ -38,7 +42,7 @@ from honing.config import SandboxConfig
 from honing.errors import CellCrashed, SandboxError, SandboxUnavailable, WorkspaceBusy
 from honing.sandbox import fs
 from honing.sandbox.cell import Cell
-from honing.sandbox.cgroups import PoolCgroups
+from honing.sandbox.cgroups import DELEGATE_HINT, PoolCgroups
 from honing.sandbox.launch import Launcher
 from honing.sandbox.runtime import RuntimeStore
 from honing.types import ExecRequest, ExecResult, ExecStatus
@@ -51,6 +55,7 @@ NO_ISOLATION_WARNING = (
     "honing sandbox: isolation is 'none' — programs run as YOUR user with access to your files "
     "and network. Use this for development only; set sandbox.isolation: bwrap for real runs."
 )
+_warned: set[str] = set()  # enforcement warnings already logged by this process
 
 
 class PoolState(Enum):
@@ -106,9 +111,51 @@ class Workspace:
 
 
 @dataclass(frozen=True)
+class Enforcement:
+    """How a started pool's limits are enforced. `memory`: "cgroup_v1", "cgroup_v2" or
+    "rlimit_as" (per process: the fallback); `pids_cgroup`: a pids cgroup caps each job's
+    processes (else RLIMIT_NPROC only); `seccomp`: jobs run under the syscall filter; `missing`:
+    why a protection is absent, one sentence each."""
+
+    memory: str
+    pids_cgroup: bool
+    seccomp: bool
+    isolation: str = "bwrap"
+    missing: tuple[str, ...] = ()
+    memory_mb: int = 512  # the pool's defaults, for the fallback's arithmetic
+    max_procs: int = 32
+
+    @property
+    def cgroup(self) -> bool:
+        """Memory and processes are both limited by a cgroup (what `require.cgroup` asks)."""
+        return self.memory != "rlimit_as" and self.pids_cgroup
+
+    def describe(self) -> str:
+        """One line: "memory and processes: cgroup v1; seccomp: on", or what falls short."""
+        memory = {"cgroup_v1": "cgroup v1", "cgroup_v2": "cgroup v2"}.get(self.memory)
+        if memory is not None and self.pids_cgroup:
+            text = f"memory and processes: {memory}"
+        else:
+            memory = memory or (
+                f"RLIMIT_AS per process (fallback: a job of {self.max_procs} processes may use "
+                f"{self.max_procs} × {self.memory_mb} MiB)"
+            )
+            text = f"memory: {memory}; processes: RLIMIT_NPROC only (no pids cgroup)"
+        text += f"; seccomp: {'on' if self.seccomp else 'off'}"
+        return text if self.isolation == "bwrap" else f"isolation: none (unsafe); {text}"
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The fields and `description` (the `sandbox_start` event of a run)."""
+        return {"memory": self.memory, "pids_cgroup": self.pids_cgroup, "seccomp": self.seccomp,
+                "isolation": self.isolation, "missing": list(self.missing),
+                "description": self.describe()}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class PoolUsage:
     """Counters of a pool and its siblings at one moment; `later.since(earlier)` is the use
-    between two snapshots (then `runs`, `busy_s` and `wait_s` are differences)."""
+    between two snapshots (then `runs`, `busy_s` and `wait_s` are differences). `enforcement`:
+    how the pool's limits are enforced (see `Enforcement`)."""
 
     cells: int  # cells kept
     busy: int  # cells running a job now
@@ -117,12 +164,13 @@ class PoolUsage:
     wait_s: float  # job-seconds spent waiting for an idle cell
     at: float  # time.monotonic() of the snapshot
     interval_s: float = 0.0  # since(): the seconds between the snapshots
+    enforcement: Enforcement | None = None  # None before the pool started
 
     def since(self, earlier: PoolUsage) -> PoolUsage:
         return PoolUsage(
             cells=self.cells, busy=self.busy, runs=self.runs - earlier.runs,
             busy_s=self.busy_s - earlier.busy_s, wait_s=self.wait_s - earlier.wait_s,
-            at=self.at, interval_s=self.at - earlier.at,
+            at=self.at, interval_s=self.at - earlier.at, enforcement=self.enforcement,
         )  # fmt: skip
 
     @property
@@ -148,6 +196,7 @@ class SandboxPool:
         self._root: Path | None = None
         self._owns_root = False
         self._cgroups: PoolCgroups | None = None
+        self._enforcement: Enforcement | None = None
         self._launcher: Launcher | None = None
         self._idle: asyncio.Queue[Cell | None] = asyncio.Queue()
         self._cells: dict[str, Cell] = {}
@@ -177,7 +226,17 @@ class SandboxPool:
 
     @property
     def memory_enforcement(self) -> str:
-        return "cgroup" if self._cgroups is not None and self._cgroups.available else "rlimit_as"
+        """The memory mechanism: cgroup_v1, cgroup_v2 or rlimit_as (as in `ExecResult`)."""
+        if self._cgroups is not None and self._cgroups.version is not None:
+            return f"cgroup_{self._cgroups.version}"
+        return "rlimit_as"
+
+    @property
+    def enforcement(self) -> Enforcement:
+        """How this pool's limits are enforced (known once it has started)."""
+        if self._enforcement is None:
+            raise SandboxError("the pool is not started: its enforcement is known from its start")
+        return self._enforcement
 
     @property
     def root(self) -> Path:
@@ -204,12 +263,100 @@ class SandboxPool:
         self._cgroups = PoolCgroups() if cfg.isolation == "bwrap" else None
         self.state = PoolState.RUNNING
         try:
+            self._check_cgroup_requirement()
             cells = await asyncio.gather(*(self._new_cell() for _ in range(cfg.size)))
+            self._enforcement = self._enforcement_of(cells)
+            self._check_seccomp_requirement(cells)
         except BaseException:
             await self.close()
             raise
+        self._warn_if_weakened()
         for cell in cells:
             self._idle.put_nowait(cell)
+
+    def _enforcement_of(self, cells: list[Cell]) -> Enforcement:
+        cfg, cgroups = self.config, self._cgroups
+        missing: list[str] = []
+        if cgroups is None:
+            missing.append("no cgroup: isolation is 'none'")
+        elif cgroups.version is None:
+            missing.append("no cgroup: " + "; ".join(cgroups.why))
+        elif cgroups.pids is None:
+            missing.append(f"no pids cgroup: the pids controller is not available beside "
+                           f"cgroup {cgroups.version}'s memory controller")  # fmt: skip
+        seccomp = bool(cells) and all(c.seccomp for c in cells)
+        if not seccomp:
+            why = next((c.seccomp_error for c in cells if not c.seccomp), "no cell started")
+            missing.append(f"no seccomp filter: {why}")
+        return Enforcement(
+            memory=self.memory_enforcement,
+            pids_cgroup=cgroups is not None and cgroups.pids is not None,
+            seccomp=seccomp,
+            isolation=cfg.isolation,
+            missing=tuple(missing),
+            memory_mb=cfg.memory_mb,
+            max_procs=cfg.max_procs,
+        )
+
+    def _check_cgroup_requirement(self) -> None:
+        cgroups = self._cgroups
+        if not self.config.require.cgroup or (cgroups is not None and cgroups.pids is not None):
+            return
+        if cgroups is None:
+            why = "isolation is 'none', whose cells run without cgroups (use isolation: bwrap)"
+        elif cgroups.version is None:
+            why = "; ".join(cgroups.why)
+        else:
+            why = f"cgroup {cgroups.version} has a memory controller for honing but no pids one"
+        raise SandboxUnavailable(
+            f"sandbox.require.cgroup is set, but no cgroup can limit this pool's memory and "
+            f"processes: {why}. To get one, {DELEGATE_HINT} (see docs/sandbox.md, "
+            "'Enforcement'); or drop the requirement to run with RLIMIT_AS per process."
+        )
+
+    def _check_seccomp_requirement(self, cells: list[Cell]) -> None:
+        if not self.config.require.seccomp or self.enforcement.seccomp:
+            return
+        why = next((c.seccomp_error for c in cells if not c.seccomp), "no cell started")
+        raise SandboxUnavailable(
+            f"sandbox.require.seccomp is set, but the syscall filter is off: {why}. It needs "
+            "isolation: bwrap on an x86_64 Linux kernel with seccomp filters "
+            "(CONFIG_SECCOMP_FILTER); or drop the requirement to run without it."
+        )
+
+    def _warn_if_weakened(self) -> None:
+        """A warning (once per process) for each protection the pool runs without."""
+        e = self.enforcement
+        if e.isolation != "bwrap":
+            return  # NO_ISOLATION_WARNING said it all
+        messages = []
+        if e.memory == "rlimit_as":
+            messages.append(
+                f"honing sandbox: no memory cgroup — memory is limited per process by RLIMIT_AS, "
+                f"so a job of {e.max_procs} processes may use {e.max_procs} × {e.memory_mb} MiB, "
+                f"and there is no pids cgroup. Why: {'; '.join(self._cgroups_why())}. To get "
+                f"cgroup limits, {DELEGATE_HINT} (docs/sandbox.md, 'Enforcement'); "
+                "sandbox.require.cgroup: true refuses to start without them."
+            )
+        elif not e.pids_cgroup:
+            messages.append(
+                "honing sandbox: no pids cgroup — a job's processes are limited by RLIMIT_NPROC "
+                f"only. To get one, {DELEGATE_HINT}."
+            )
+        if not e.seccomp:
+            why = next((m for m in e.missing if m.startswith("no seccomp")), "")
+            messages.append(
+                f"honing sandbox: {why} — jobs may call ptrace, bpf, io_uring, userfaultfd, "
+                "perf_event_open and keyrings; sandbox.require.seccomp: true refuses to start "
+                "without the filter."
+            )
+        for message in messages:
+            if message not in _warned:
+                _warned.add(message)
+                log.warning("%s", message)
+
+    def _cgroups_why(self) -> list[str]:
+        return self._cgroups.why if self._cgroups is not None else []
 
     async def close(self) -> None:
         if self.state is PoolState.CLOSED:
@@ -283,10 +430,24 @@ class SandboxPool:
         self._counter += 1
         name = f"cell-{self._counter}"
         cgroup = self._cgroups.cell(name) if self._cgroups is not None else None
+        if cgroup is None and self._cgroups is not None and self._cgroups.available:
+            if self.config.require.cgroup:
+                raise SandboxUnavailable(f"sandbox cell {name}: could not create its cgroup "
+                                         "(sandbox.require.cgroup is set)")  # fmt: skip
+            log.warning(
+                "sandbox cell %s: could not create its cgroup; it limits memory with RLIMIT_AS "
+                "per process (see its results' memory_enforcement)",
+                name,
+            )
         cell = Cell(name, self.root / "cells" / name, self._launcher, cgroup)
         self._cells[name] = cell
         try:
             await cell.start()
+            if self._enforcement is not None and self._enforcement.seccomp and not cell.seccomp:
+                raise SandboxUnavailable(
+                    f"sandbox cell {name} started without the syscall filter the pool had: "
+                    f"{cell.seccomp_error}"
+                )
         except BaseException:
             self._cells.pop(name, None)
             await cell.close()
@@ -367,6 +528,7 @@ class SandboxPool:
             busy_s=sum(p._busy_s + sum(now - t for t in p._running.values()) for p in pools),
             wait_s=sum(p._wait_s + sum(now - t for t in p._waiting.values()) for p in pools),
             at=now,
+            enforcement=self._enforcement,
         )
 
     async def _run_on_cell(self, request: ExecRequest, ws: Workspace | None) -> ExecResult:
@@ -449,7 +611,8 @@ class SandboxPool:
             if oom:
                 return ExecResult(
                     ExecStatus.MEMORY_LIMIT,
-                    memory_enforcement="cgroup",
+                    memory_enforcement=_memory_enforcement(cell),
+                    seccomp=cell.seccomp,
                     error=f"memory limit of {memory // MiB} MiB exceeded; the cell was lost: {exc}",
                 ), False
             return ExecResult(ExecStatus.SANDBOX_ERROR, error=str(exc)), False
@@ -478,12 +641,17 @@ class SandboxPool:
             stderr_truncated=reply["stderr_truncated"],
             wall_s=reply["wall_s"],
             cpu_s=reply["cpu_s"],
-            memory_enforcement="cgroup" if cell.cgroup is not None else "rlimit_as",
+            memory_enforcement=_memory_enforcement(cell),
+            seccomp=cell.seccomp,
         )
         memory = int(job["memory_bytes"])
         oom = False
         if cell.cgroup is not None:
-            result.peak_memory_mb = max(0, cell.cgroup.peak() - cell.baseline_bytes) / MiB
+            peak = cell.cgroup.peak()
+            if peak is not None:
+                result.peak_memory_mb = max(0, peak - cell.baseline_bytes) / MiB
+            else:  # a v2 kernel before 6.12: no per-job peak, the job's largest process instead
+                result.peak_memory_mb = reply["maxrss_kb"] / 1024
             cell.oom_kills = cell.cgroup.oom_kills()
             oom = cell.oom_kills > oom_before
         else:
@@ -544,6 +712,10 @@ class SandboxPool:
         self._broken = f"could not replace a crashed cell: {last}"
         log.error("sandbox pool: %s", self._broken)
         self._idle.put_nowait(None)
+
+
+def _memory_enforcement(cell: Cell) -> str:
+    return f"cgroup_{cell.cgroup.version}" if cell.cgroup is not None else "rlimit_as"
 
 
 def _safe_oom_kills(cell: Cell) -> int:

@@ -7,7 +7,8 @@ library and never imports honing. Protocol, one JSON object per line:
                      "memory_bytes", "rlimit_as" (enforce memory_bytes as RLIMIT_AS, where
                      the cell has no memory cgroup), "max_procs", "max_output_bytes",
                      "max_file_bytes"}
-    zygote → host   {"ready": true, "pid", "seccomp"} once at start, then per job:
+    zygote → host   {"ready": true, "pid", "seccomp", "seccomp_error" (why not, or "")} once
+                    at start, then per job:
                     {"exit_code", "signal", "stdout", "stderr", "stdout_truncated",
                      "stderr_truncated", "wall_s", "cpu_s", "maxrss_kb", "limit"}
 
@@ -171,15 +172,21 @@ def seccomp_program(denied: dict[int, str]) -> list[tuple[int, int, int, int]]:
     return program
 
 
-def _install_seccomp() -> bool:
-    """Install the filter on this process (jobs inherit it); False where it is not available."""
-    if os.uname().machine != "x86_64":
-        return False
+def _install_seccomp() -> str:
+    """Install the filter on this process (jobs inherit it): "" when done, else why not."""
+    machine = os.uname().machine
+    if machine != "x86_64":
+        return f"the syscall filter exists for x86_64 only, this machine is {machine}"
     program = seccomp_program(DENIED_X86_64)
     filters = (_SockFilter * len(program))(*(_SockFilter(*ins) for ins in program))
     fprog = _SockFprog(len(program), filters)
     libc = ctypes.CDLL(None, use_errno=True)
-    return bool(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0)
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        code = ctypes.get_errno()
+        return (
+            f"prctl(PR_SET_SECCOMP) failed: {errno.errorcode.get(code, code)} {os.strerror(code)}"
+        )
+    return ""
 
 
 class Zygote:
@@ -201,11 +208,16 @@ class Zygote:
         os.environ["TMPDIR"] = tmp
         self.jobs = 0
         self.seccomp = False
+        self.seccomp_error = ""
 
     def serve(self) -> None:
         _prctl(PR_SET_DUMPABLE, 0)  # jobs run as our uid: keep them from ptrace and /proc/1/mem
         # Under bubblewrap (no_new_privs is set) every job inherits the syscall filter.
-        self.seccomp = self.is_init and _install_seccomp()
+        if self.is_init:
+            self.seccomp_error = _install_seccomp()
+        else:
+            self.seccomp_error = "no isolation: the zygote is not a cell's pid 1"
+        self.seccomp = not self.seccomp_error
         if not self.is_init:
             _prctl(PR_SET_CHILD_SUBREAPER, 1)
         for name in PREIMPORT:
@@ -226,7 +238,9 @@ class Zygote:
         # Default dispositions everywhere: as pid 1, a signal with no handler cannot reach us.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-        self._reply(out, {"ready": True, "pid": os.getpid(), "seccomp": self.seccomp})
+        ready = {"ready": True, "pid": os.getpid(), "seccomp": self.seccomp,
+                 "seccomp_error": self.seccomp_error}  # fmt: skip
+        self._reply(out, ready)
         stdin = os.fdopen(os.dup(0), "rb")
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)

@@ -10,9 +10,10 @@
     files     the on-disk layout, the manifest, finding complete shards
     writer    TrajectoryWriter: buffered, atomic shards, resumable
     query     reading back: records, SQL views `trajectories` and `turns`, terminal formatting
+    rescore   re-scores kept beside the trajectories (RUN/rescores/STAMP/): rows, files, summary
 
-The closing summary of a rollout (success, pass@k) is `honing.eval.summary`.
-Not covered yet: re-scoring stored trajectories without regenerating them (a later issue).
+The closing summary of a rollout (success, pass@k) is `honing.eval.summary`. Not covered here:
+replaying trajectories to re-score them (`honing.rollout.replay`, `honing.trainer.rescore`).
 """
 
 from honing.store.files import Manifest, Shard, complete_shards, rewind

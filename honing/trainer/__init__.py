@@ -14,6 +14,7 @@
     sources     task sources of a run; held-out sets kept unseen
     warm        the warm start of `honing train` (SFT before RL)
     loop        train(): the closed loop with phases, held-out evals, forgetting, checkpoints
+    rescore     `honing store rescore`: a run's tasks and settings, every trajectory replayed
 
 Not covered: several PPO epochs per batch, a critic separate from the policy (advantage gae puts a
 value head on the policy's trunk), asynchronous overlap of generation and training,

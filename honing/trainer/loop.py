@@ -879,6 +879,10 @@ async def _train(
     engine = engine or _engine(config, config.model)
     try:
         async with SandboxPool(config.sandbox) as pool:
+            # how the sandbox's limits hold (a fallback also warned at the pool's start)
+            log.info("sandbox: %s", pool.enforcement.describe())
+            at = _checkpoint_step(checkpoint) if checkpoint is not None else 0
+            emit("sandbox_start", at, **pool.enforcement.to_json_dict())
             trainer = Trainer(
                 config,
                 engine,

@@ -68,6 +68,7 @@ def test_table_for_a_shard(env: dict[str, str], tmp_path: Path) -> None:
     assert "policy reference" in proc.stdout and "pass@2" in proc.stdout
     assert "domain code" in proc.stdout and "tag humaneval" in proc.stdout
     assert "infra failures" in proc.stdout  # beside every success rate, 0 here
+    assert re.search(r"^sandbox: memory.*; seccomp: (on|off)$", proc.stderr, re.M), proc.stderr
 
 
 @pytest.mark.parametrize(

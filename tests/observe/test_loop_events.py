@@ -78,6 +78,11 @@ def test_a_killed_and_resumed_run_logs_every_event_once_and_tensorboard_has_ever
     starts = by_kind["run_start"]
     assert [(e.step, e.data["resumed"]) for e in starts] == [(0, False), (2, True)]
     assert starts[0].data["config"]["phases"][1]["name"] == "add+sub"
+    # how the sandbox's limits held, said once per start of the run's pool
+    sandboxes = by_kind["sandbox_start"]
+    assert [e.step for e in sandboxes] == [0, 2]
+    assert {e.data["memory"] for e in sandboxes} <= {"cgroup_v1", "cgroup_v2", "rlimit_as"}
+    assert all(e.data["description"] and isinstance(e.data["seccomp"], bool) for e in sandboxes)
     # the updates after the checkpoint were re-run, and logged once
     for kind in ("update", "sync", "sandbox"):
         assert [e.step for e in by_kind[kind]] == [1, 2, 3, 4], kind

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 from honing.errors import ConfigError
+from honing.observe.events import read_events
 from honing.observe.report import build_report, headline, load_run
 from honing.store import Ending, Group, TrajectoryWriter, Turn, read_trajectories
 from honing.store.records import Trajectory
@@ -410,6 +411,26 @@ def test_missing_pieces_are_shown_as_not_recorded(tmp_path: Path) -> None:
     ):
         assert f"<b>{what}: not recorded.</b>" in page, what
     assert "0 of 5" in page  # updates done of planned
+    assert load_run(run).info.sandbox == "not recorded"
+
+
+def test_the_sandbox_limits_come_from_the_runs_event(real_run: Path, tmp_path: Path) -> None:
+    """The run's pool said how its limits held (a sandbox_start event); the summary shows it,
+    and where a resumed part ran under other limits, both."""
+    [start] = [e for e in read_events(real_run / "events.jsonl") if e.kind == "sandbox_start"]
+    said = start.data["description"]
+    assert start.step == 0 and said.startswith(("memory and processes: cgroup", "memory: "))
+    assert start.data["memory"] in ("cgroup_v1", "cgroup_v2", "rlimit_as")
+    assert load_run(real_run).info.sandbox == said
+    assert f'<div class="k">sandbox limits</div><div class="v">{said}</div>' in (
+        build_report(real_run, tmp_path / "r.html").read_text()
+    )
+    copy = tmp_path / "resumed"
+    shutil.copytree(real_run, copy, ignore=shutil.ignore_patterns("checkpoints"))
+    fallback = "memory: RLIMIT_AS per process (fallback: …); seccomp: on"
+    with (copy / "events.jsonl").open("a") as log:
+        log.write(_event("sandbox_start", 2, 9e9, memory="rlimit_as", description=fallback))
+    assert load_run(copy).info.sandbox == f"{fallback} (earlier parts of the run: {said})"
 
 
 def test_a_directory_that_is_not_a_run_is_an_error_saying_what_to_pass(tmp_path: Path) -> None:

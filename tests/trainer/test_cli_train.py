@@ -52,6 +52,7 @@ def test_train_runs_prints_the_line_and_resumes(tmp_path: Path, tiny_model_dir: 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert LAST_LINE.match(proc.stdout.strip().splitlines()[-1]), proc.stdout
     assert "step 1/1" in proc.stderr and "start-up check" in proc.stderr
+    assert "sandbox: memory" in proc.stderr and "seccomp: " in proc.stderr  # the limits, at start
     # every success figure says how many episodes it left out as infrastructure failures
     assert re.search(r"step 1/1 \[[^\]]+\] success (\d+%|n/a) \(infra failures 0\)", proc.stderr)
     assert re.search(r"eval m \(before\): success \d+% \(\d/2; infra failures 0\)", proc.stderr)

@@ -118,6 +118,7 @@ class RunInfo:
     warm_start_s: float | None  # the warm start's SFT seconds (warm_start/done.json)
     precision: str = "not recorded"  # the dtypes it sampled and learned in
     logprob_check: str = "not recorded"  # the start-up check: engine vs learner logprobs
+    sandbox: str = "not recorded"  # how the sandbox's limits held (its sandbox_start event)
     gains: dict[str, Any] | None = None  # result.json's base -> warm start -> RL accounting
 
 
@@ -210,6 +211,7 @@ def load_run(run_dir: Path) -> RunData:
         warm_start_s=_float(warm.get("seconds")) if warm else None,
         precision=_precision(start, cfg),
         logprob_check=_logprob_check(by_kind["logprob_check"]),
+        sandbox=_sandbox(by_kind["sandbox_start"]),
         gains=_gains(result, end),
     )
     sources = [name for name in (*RUN_FILES, "warm_start/done.json") if (run_dir / name).is_file()]
@@ -220,6 +222,18 @@ def load_run(run_dir: Path) -> RunData:
     return RunData(
         run_dir, info, updates, episodes, evals, trajectories, sources, notes, signal_warnings
     )
+
+
+def _sandbox(starts: list[dict[str, Any]]) -> str:
+    """The sandbox's enforcement in words, from the run's sandbox_start events: the latest one,
+    and the earlier ones too where a resumed part ran under other limits."""
+    said = [str(e["description"]) for e in starts if e.get("description")]
+    if not said:
+        return "not recorded"
+    earlier = [s for s in dict.fromkeys(said) if s != said[-1]]
+    if not earlier:
+        return said[-1]
+    return f"{said[-1]} (earlier parts of the run: {'; then '.join(earlier)})"
 
 
 def _precision(start: dict[str, Any] | None, cfg: dict[str, Any]) -> str:

@@ -182,6 +182,7 @@ def summary_section(data: RunData) -> str:
         ("warm start", duration(info.warm_start_s) if info.warm_start_s else "none"),
         ("precision", info.precision),
         ("engine vs learner logprobs", info.logprob_check),
+        ("sandbox limits", info.sandbox),
     ]
     grid = "".join(
         f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>'
