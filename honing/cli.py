@@ -196,7 +196,8 @@ def sandbox_humaneval(
 
 
 def _humaneval_programs() -> list[str]:
-    """HumanEval's reference programs, as the code domain's verifier runs them."""
+    """HumanEval's reference programs: each its solution, tests and check() as one program (the
+    sandbox's load; the code domain's judge, `honing.tasks.codecheck`, adds a process)."""
     try:
         tasks = load_tasks("humaneval").tasks
     except HoningError as exc:

@@ -57,6 +57,7 @@ class FailureReason(enum.StrEnum):
     STEP_LIMIT = "step_limit"
     EPISODE_TIMEOUT = "episode_timeout"
     CHECKER_REJECTED = "checker_rejected"  # the answer checker failed on the model's answer
+    TAMPERING = "tampering"  # the action tried to forge its verdict (outcome 0: docs/envs.md)
     SANDBOX_ERROR = "sandbox_error"  # infrastructure: the sandbox failed
     VERIFIER_CRASH = "verifier_crash"  # infrastructure: the checker could not run or finish
 

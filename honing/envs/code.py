@@ -14,19 +14,16 @@ Reward components (unweighted; `EnvConfig.reward_weights` decides what counts):
                    tests define `check()` counts as one test)
     well_formed    1 when every tool call of the step was well-formed and known, else 0
 
-The test harness runs the solution, then the tests, in one sandboxed process, and reports through
-a line tagged with a nonce that it reads from stdin (then closes) before the solution runs, with
-`os.write` captured. That defeats the usual reward hacks — exiting early with status 0, printing
-a fake verdict — since only a verdict carrying the nonce counts. A solution that digs the nonce
-out of the interpreter (frames, gc, ctypes) is not covered: in-process tests cannot stop it.
+The tests are judged by `honing.tasks.codecheck`: they run in a judge process that the solution,
+run in a process of its own and reached only through plain data, cannot reach, on a copy of
+the workspace's Python files beside the task's files as shipped. Tampering the judge detects
+(the solution exiting early, replacing builtins, returning an object equal to anything, printing
+a forged verdict...) is failure `tampering`, outcome 0 (docs/envs.md, "Reward hacking").
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import re
-import secrets
 from typing import Any
 
 from honing.envs.base import (
@@ -42,6 +39,7 @@ from honing.envs.base import (
 )
 from honing.errors import HoningError
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool, Workspace
+from honing.tasks.codecheck import judged_run, run_files
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import CODE_SOLUTION, CodeTask
 
@@ -59,68 +57,6 @@ TOOLS = [
                 {"code": {"type": "string"}}, ["code"]),
     tool_schema("rollback", "Return the workspace to its best state so far.", {}, []),
 ]  # fmt: skip
-
-HARNESS = """\
-def _main():
-    import ast, json, os, sys, traceback
-    nonce = sys.stdin.readline().strip()  # read, then gone, before the solution runs
-    os.close(0)
-    write, dumps, describe = os.write, json.dumps, traceback.format_exception_only
-
-    def got(src, g):  # what the left side of a failed `assert X == Y` was
-        try:
-            node = ast.parse(src).body[-1]
-            test = node.test
-            if isinstance(test, ast.Compare) and [type(o) for o in test.ops] == [ast.Eq]:
-                value = eval(compile(ast.Expression(test.left), "tests.py", "eval"), g)
-                return " (got " + repr(value)[:100] + ")"
-        except BaseException:
-            pass
-        return ""
-
-    g = {"__name__": "solution"}
-    compiled, errors, passed = True, [], 0
-    try:
-        exec(compile(open("solution.py").read(), "solution.py", "exec"), g)
-    except SyntaxError as e:
-        compiled, errors = False, ["".join(describe(type(e), e)).strip()]
-    except BaseException as e:
-        errors = ["solution.py: " + "".join(describe(type(e), e)).strip()]
-    tests = TESTS
-    if not errors:
-        for src in tests:
-            try:
-                exec(compile(src, "tests.py", "exec"), g)
-                passed += 1
-            except BaseException as e:
-                first = src.strip().splitlines()[-1][:120]
-                error = first + " -> " + "".join(describe(type(e), e)).strip()
-                errors.append(error + (got(src, g) if isinstance(e, AssertionError) else ""))
-    verdict = {"compiled": compiled, "passed": passed, "total": len(tests), "errors": errors[:5]}
-    write(1, ("\\n" + nonce + " " + dumps(verdict) + "\\n").encode())
-_main()
-"""
-
-
-def test_units(task: CodeTask) -> list[str]:
-    """The tests as separately counted units: top-level statements, or one `check` call."""
-    if "def check(" in task.tests:
-        return [f"{task.tests}\ncheck({task.entry_point})"]
-    try:
-        tree = ast.parse(task.tests)
-    except SyntaxError:
-        return [task.tests]  # reported by the run as a failing unit
-    lines = task.tests.splitlines(keepends=True)
-    setup: list[str] = []
-    units: list[str] = []
-    for node in tree.body:
-        src = "".join(lines[node.lineno - 1 : node.end_lineno])
-        if isinstance(node, ast.Assert | ast.Expr):
-            units.append(src)
-        else:
-            setup.append(src)  # imports, helpers: run before every counted statement
-    prefix = "".join(setup)
-    return [prefix + u for u in units] or [task.tests]
 
 
 class CodeEnv(Environment):
@@ -257,51 +193,40 @@ class CodeEnv(Environment):
     async def _run_tests(self) -> CallOutcome:
         assert isinstance(self.task, CodeTask)
         ws = self._ws()
-        units = test_units(self.task)
-        nonce = secrets.token_hex(16)
-        program = HARNESS.replace("TESTS", json.dumps(units))
-        result = await self.pool.run(
-            ExecRequest(
-                code=program,
-                stdin=nonce + "\n",
-                filename="run_tests.py",
-                workspace=ws.id,
-                timeout_s=RUN_TIMEOUT_S,
-            )
-        )
+        run = judged_run(self.task, run_files(self.task, ws.files()), RUN_TIMEOUT_S)
+        result = await self.pool.run(run.request)
         if result.status is not ExecStatus.OK:
             outcome = _from_run(result)
             if outcome.failure is None or not outcome.failure.infrastructure:
                 outcome.components = {"outcome": 0.0, "compiles": 0.0, "tests_passed": 0.0}
             return outcome
-        verdict = _verdict(result.stdout, nonce)
-        if verdict is None:  # the program ended without the harness's word: count nothing
+        verdict = run.verdict(result)
+        if verdict is None:  # the judge was ended before it could say anything: count nothing
             return CallOutcome(
                 False,
-                "the tests did not report a result (did the solution exit early?)",
+                "the tests did not report a result (the judge's process was ended)",
                 failure=FailureReason.TOOL_ERROR,
                 components={"outcome": 0.0, "compiles": 0.0, "tests_passed": 0.0},
             )
-        share = verdict["passed"] / max(verdict["total"], 1)
-        if share > self.best[0]:
-            self.best = (share, ws.snapshot())
-        passed_all = bool(verdict["compiled"]) and verdict["passed"] == verdict["total"] > 0
-        text = f"{verdict['passed']}/{verdict['total']} tests passed"
-        if verdict["errors"]:
-            text += "\n" + "\n".join(verdict["errors"])
+        if verdict.share > self.best[0]:
+            self.best = (verdict.share, ws.snapshot())
+        failure = None
+        if verdict.tampering:
+            failure = FailureReason.TAMPERING
+        elif not verdict.passed_all:
+            failure = FailureReason.TOOL_ERROR
         components = {
-            "outcome": 1.0 if passed_all else 0.0,
-            "compiles": 1.0 if verdict["compiled"] else 0.0,
-            "tests_passed": share,
+            "outcome": 1.0 if verdict.passed_all else 0.0,
+            "compiles": 1.0 if verdict.compiled else 0.0,
+            "tests_passed": verdict.share,
         }
-        failure = None if passed_all else FailureReason.TOOL_ERROR
         return CallOutcome(
-            passed_all,
-            text,
+            verdict.passed_all,
+            verdict.render(),
             failure=failure,
             components=components,
             seconds=result.wall_s,
-            log=result.stdout[-4000:],
+            log=result.stderr[-4000:],
         )
 
 
@@ -310,17 +235,6 @@ def _str_arg(args: dict[str, Any], name: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"argument {name!r} must be a string")
     return value
-
-
-def _verdict(stdout: str, nonce: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(nonce + " "):
-            try:
-                found = json.loads(line[len(nonce) + 1 :])
-            except json.JSONDecodeError:
-                return None
-            return found if isinstance(found, dict) else None
-    return None
 
 
 _STATUS_FAILURE = {

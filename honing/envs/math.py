@@ -87,10 +87,14 @@ else:
 
 
 def stated_answer(content: str) -> str | None:
-    """The answer a plain reply states: its last \\boxed{...}, else a last `Answer: ...` line."""
-    boxed = BOXED.findall(content)
+    """The answer a plain reply states: its last \\boxed{...}, else a last `Answer: ...` line.
+    A reply that boxes several different values states them all (as `\\boxed{a}\\boxed{b}`,
+    which no checker takes for one value)."""
+    boxed = list(dict.fromkeys(str(b).strip() for b in BOXED.findall(content)))
+    if len(boxed) > 1:
+        return "".join(f"\\boxed{{{b}}}" for b in boxed)
     if boxed:
-        return str(boxed[-1]).strip()
+        return boxed[0]
     lines = ANSWER_LINE.findall(content)
     return str(lines[-1]) if lines else None
 

@@ -7,13 +7,14 @@ preloaded so a comparison costs milliseconds, not a sympy import).
 
     verdict = await math_equal(pool, "391", "17*23 = 391")  # Verdict(equal=True)
 
-An answer is a value, not a formula to evaluate: when the expected answer is a number, the given
-one must state a number too (its last \\boxed{...}, or what follows its last "="), so `483*446`,
-`483 \\times 446` or `215000 + 418` never earn the answer to "Multiply 483 by 446"; a fraction is
-a value only where a fraction (or a decimal) is expected. An expected expression (`(x+1)^2`) is
-compared symbolically, as math-verify does. The gate is regular expressions on the host: no
-parser sees model text outside the sandbox. Two integers (the gate's digit strings) are compared
-on the host, digit by digit, as math-verify would conclude, without a sandbox run.
+An answer is one value (two different \\boxed{} values are two answers), not a formula to
+evaluate: when the expected answer is a number, the given one must state a number too (its last
+\\boxed{...}, or what follows its last "="), so `483*446`, `483 \\times 446` or `215000 + 418`
+never earn the answer to "Multiply 483 by 446"; a fraction is a value only where a fraction (or
+a decimal) is expected. An expected expression (`(x+1)^2`) is compared symbolically, as
+math-verify does. The gate is regular expressions on the host: no parser sees model text
+outside the sandbox. Two integers (the gate's digit strings) are compared on the host, digit
+by digit, as math-verify would conclude, without a sandbox run.
 
 Verdicts (`Verdict`): equal or not; *rejected* when the checker failed on the given answer (it
 raised, spent its CPU budget of `BUDGET_S` per answer, its memory, or crashed): a wrong answer,
@@ -170,9 +171,12 @@ def number_kind(text: str) -> NumberKind | None:
 
 
 def states_a_value(expected: str, given: str) -> bool:
-    """Whether `given` may be compared with `expected` at all: always for an expected
+    """Whether `given` may be compared with `expected` at all: never when it boxes several
+    different values (`\\boxed{1}\\boxed{2}` is two answers); else always for an expected
     expression; for an expected number, only a number (a fraction only where a fraction or a
     decimal is expected: `8/2` is a division, not the integer 4)."""
+    if len({re.sub(r"\s", "", b) for b in _BOXED.findall(given)}) > 1:
+        return False
     wanted = number_kind(expected)
     if wanted is None:
         return True

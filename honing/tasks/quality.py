@@ -1,9 +1,10 @@
 """The quality filter's last step: every task's reference must pass its own verifier.
 
-    code   the reference, then the tests, then `check(entry_point)` when the tests define
-           `check`, run as one program in the sandbox beside the task's `files`; it must exit
-           cleanly. A repair task's starting solution.py is run the same way and must fail
-           (else there is nothing to fix)
+    code   the reference, as solution.py beside the task's `files`, must pass every test with
+           no tampering, judged as the code environment judges the model
+           (`honing.tasks.codecheck`: a reference that only exits with status 0 fails). A repair
+           task's starting solution.py is judged the same way and must fail (else there is
+           nothing to fix)
     math   the reference's final answer must equal `answer` symbolically or numerically
            (math-verify, run in the sandbox: see `honing.tasks.mathcheck`); a reference that is only
            a worked solution is judged by its last answer
@@ -25,7 +26,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
+from honing.sandbox import ExecResult, ExecStatus, SandboxPool
+from honing.tasks.codecheck import JudgedRun, judged_run, run_files
 from honing.tasks.load import AnyTask, Quarantined, TaskSet
 from honing.tasks.mathcheck import Problem, math_equal_many
 from honing.tasks.schema import CODE_SOLUTION, CodeTask, MathTask, SqlTask, ToolsTask
@@ -46,17 +48,16 @@ class Verification:
 
 
 def code_program(task: CodeTask, solution: str) -> str:
-    """The program that checks `solution` against the task's tests (HumanEval's layout)."""
+    """`solution`, the tests and `check(entry_point)` as one program (HumanEval's layout: the
+    sandbox benchmark's load). Not a judge: a program that exits early passes it."""
     program = f"{solution}\n\n{task.tests}\n"
     if "def check(" in task.tests:
         program += f"\ncheck({task.entry_point})\n"
     return program
 
 
-def _code_run(task: CodeTask, solution: str) -> ExecRequest:
-    return ExecRequest(
-        code=code_program(task, solution), files=dict(task.files), timeout_s=CODE_TIMEOUT_S
-    )
+def _code_run(task: CodeTask, solution: str) -> JudgedRun:
+    return judged_run(task, run_files(task, {CODE_SOLUTION: solution}), CODE_TIMEOUT_S)
 
 
 def tools_reference_mismatch(task: ToolsTask) -> str | None:
@@ -89,16 +90,14 @@ async def verify_references(
 
     code = [t for t in tasks if isinstance(t, CodeTask) and t.reference is not None]
     starters = [t for t in tasks if isinstance(t, CodeTask) and t.repair]
-    results = await pool.run_many(
-        [
-            *(_code_run(t, t.reference or "") for t in code),
-            *(_code_run(t, t.files[CODE_SOLUTION]) for t in starters),
-        ]
-    )
-    by_id: dict[str, ExecResult] = dict(
-        zip([t.id for t in code], results[: len(code)], strict=True)
-    )
-    starter_by_id = dict(zip([t.id for t in starters], results[len(code) :], strict=True))
+    runs = [
+        *(_code_run(t, t.reference or "") for t in code),
+        *(_code_run(t, t.files[CODE_SOLUTION]) for t in starters),
+    ]
+    results = await pool.run_many([r.request for r in runs])
+    judged = [_judged(run, result) for run, result in zip(runs, results, strict=True)]
+    by_id = dict(zip([t.id for t in code], judged[: len(code)], strict=True))
+    starter_by_id = dict(zip([t.id for t in starters], judged[len(code) :], strict=True))
     maths = [t for t in tasks if isinstance(t, MathTask) and t.reference is not None]
     found = await math_equal_many(pool, [(t.answer, t.reference or "") for t in maths])
     math_verdicts = {t.id: v for t, v in zip(maths, found, strict=True)}
@@ -107,7 +106,7 @@ async def verify_references(
     )
     for task in tasks:
         starter = starter_by_id.get(task.id)
-        if starter is not None and starter.status is ExecStatus.OK:
+        if starter is not None and starter[1] is None:
             passes = f"the starting {CODE_SOLUTION} already passes its tests: nothing to fix"
             out.failed.append(failed(task, passes))
             continue
@@ -116,14 +115,15 @@ async def verify_references(
             out.passed.append(task)
             continue
         if isinstance(task, CodeTask):
-            result = by_id[task.id]
-            broken = [r for r in (result, starter) if r and r.status is ExecStatus.SANDBOX_ERROR]
+            reference, reason = by_id[task.id]
+            broken = [r for r in (reference, starter and starter[0])
+                      if r is not None and r.status is ExecStatus.SANDBOX_ERROR]  # fmt: skip
             if broken:
                 out.unverified.append((task, f"sandbox error: {broken[0].error}"))
-            elif result.status is ExecStatus.OK:
+            elif reason is None:
                 out.passed.append(task)
             else:
-                out.failed.append(failed(task, _describe(result)))
+                out.failed.append(failed(task, reason))
         elif isinstance(task, ToolsTask):
             reason = tools_reference_mismatch(task)
             if reason is None:
@@ -153,9 +153,21 @@ async def verify_references(
     return out
 
 
-def _describe(result: ExecResult) -> str:
-    last = (result.stderr.strip().splitlines() or [""])[-1]
-    return f"reference fails its tests ({result.status.value}): {last or result.error}"[:500]
+def _judged(run: JudgedRun, result: ExecResult) -> tuple[ExecResult, str | None]:
+    """(the run, None) when the solution passed every test, else (the run, why not)."""
+    if result.status is not ExecStatus.OK:
+        last = (result.stderr.strip().splitlines() or [""])[-1]
+        why = f"reference fails its tests ({result.status.value}): {last or result.error}"
+        return result, why[:500]
+    verdict = run.verdict(result)
+    if verdict is None:
+        return result, "reference fails its tests: the judge gave no verdict"
+    if verdict.passed_all:
+        return result, None
+    why = "; ".join(verdict.tampering) if verdict.tampering else "; ".join(verdict.errors[:2])
+    said = f"{verdict.passed}/{verdict.total} passed; " + ("tampering: " if verdict.tampering
+                                                           else "first error: ")  # fmt: skip
+    return result, f"reference fails its tests ({said}{why})"[:500]
 
 
 async def apply_quality_filter(taskset: TaskSet, pool: SandboxPool) -> tuple[TaskSet, Verification]:

@@ -441,7 +441,10 @@ def numbers(text: str) -> list[Number]:
         exponent = int(m["exp"] or 0)
         sign = -1.0 if m["sign"] in ("-", "−") else 1.0
         value = sign * float(digits) * 10.0**exponent
-        found.append(Number(value, 10.0 ** (exponent - decimals)))
+        # A zero shows no significant digit: its exponent must not widen its rounding (0e9
+        # would state anything under 5e8).
+        unit = 10.0 ** ((exponent if value else 0) - decimals)
+        found.append(Number(value, unit))
     return found
 
 

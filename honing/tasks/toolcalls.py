@@ -20,6 +20,8 @@ from __future__ import annotations
 import ast
 import itertools
 import json
+import math
+import re
 from typing import Any
 
 Call = dict[str, Any]
@@ -143,19 +145,27 @@ def _same(given: Any, accepted: Any) -> bool:
 
 
 def answers_match(expected: str, given: str, rel_tol: float = 1e-6) -> bool:
-    """Final answers of executable tool tasks: numbers by value (relative tolerance), anything
-    else as text ignoring case, spaces and ``,./-_*^`` punctuation."""
+    """Final answers of executable tool tasks. A numeric answer (`_number`) is matched only by a
+    number, by value (relative tolerance): never by text, since dropping punctuation would make
+    `4*2`, `4 2` or `4,2` read as 42. Anything else as text ignoring case, spaces and
+    ``,./-_*^`` punctuation."""
     a, b = _number(expected), _number(given)
-    if a is not None and b is not None:
-        return abs(a - b) <= rel_tol * max(abs(a), abs(b), 1.0)
+    if a is not None:
+        return b is not None and abs(a - b) <= rel_tol * max(abs(a), abs(b), 1.0)
     return expected.lower().translate(_DROPPED) == given.lower().translate(_DROPPED)
 
 
+_DECIMAL = re.compile(r"[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+
+
 def _number(text: str) -> float | None:
-    try:
-        return float(text.strip().replace(",", ""))
-    except ValueError:
+    """The finite value of a decimal number (`-1,234.5`, `3e8`); None for anything else: `inf`,
+    `nan`, `4_2`, a comma out of a thousands separator's place, a formula."""
+    text = text.strip()
+    if not _DECIMAL.fullmatch(text):
         return None
+    value = float(text.replace(",", ""))
+    return value if math.isfinite(value) else None
 
 
 def judge_reference(

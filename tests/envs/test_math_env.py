@@ -32,7 +32,8 @@ def env(pool: SandboxPool) -> MathEnv:
     ("content", "stated"),
     [
         ("so \\boxed{391}.", "391"),
-        ("first \\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("first \\boxed{1} then \\boxed{\\frac{1}{2}}", "\\boxed{1}\\boxed{\\frac{1}{2}}"),  # two
+        ("\\boxed{391}, that is \\boxed{ 391 }", "391"),  # one value, boxed twice
         ("Work...\nAnswer: 391", "391"),
         ("Final answer = x+1", "x+1"),
         ("I think it is 391", None),

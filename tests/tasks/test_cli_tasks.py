@@ -151,6 +151,20 @@ def test_human_output_lists_quarantined_rows(env: dict[str, str], mixed_file: Pa
     assert "quarantined rows written to" in proc.stderr
 
 
+def test_a_code_reference_that_only_exits_is_quarantined(
+    env: dict[str, str], tmp_path: Path, fmt: SimpleNamespace
+) -> None:
+    """The reference check is the environment's judge: `sys.exit(0)` passes no test."""
+    exits = {**BAD_REFERENCE, "id": "code/exits", "reference": "import sys\nsys.exit(0)\n"}
+    path = fmt.write_jsonl(tmp_path / "exits.jsonl", [exits])
+    qfile = tmp_path / "quarantine.jsonl"
+    out = summary(tasks_check(env, str(path), "--json", "--quarantine-file", str(qfile)))
+    assert (out["valid"], out["quarantined"], out["unverified"]) == (0, 1, 0)
+    [entry] = [json.loads(line) for line in qfile.read_text().splitlines()]
+    assert entry["task_id"] == "code/exits" and entry["field"] == "reference"
+    assert "ended its process (exit status 0)" in entry["reason"]
+
+
 def test_humaneval_checks_clean(env: dict[str, str]) -> None:
     out = summary(tasks_check(env, "humaneval", "--json"))
     assert out["total"] == out["valid"] == 164

@@ -202,8 +202,9 @@ async def test_sandbox_error_is_unverified_not_quarantined(
         requests = list(requests)
         results = await real_run_many(requests, concurrency)
         for i, req in enumerate(requests):
-            if "return a + b" in req.code:
-                sabotaged.append(req.code)
+            solution = str(req.files.get("solution.py", ""))
+            if "return a + b" in solution:
+                sabotaged.append(solution)
                 results[i] = ExecResult(status=ExecStatus.SANDBOX_ERROR, error="cell died")
         return results
 
@@ -256,6 +257,29 @@ async def test_math_checker_failures_quarantine_and_a_checker_that_cannot_run_do
         ("m/rejected", True), ("m/broken", True),
     ]  # fmt: skip
     assert found.failed == []
+
+
+async def test_a_code_reference_is_judged_as_the_environment_judges_the_model(
+    pool: SandboxPool,
+) -> None:
+    """One judge for the domain: a reference that only exits with status 0 passes no test."""
+    from honing.tasks import CodeTask
+
+    exits = CodeTask(
+        id="code/exits",
+        prompt="def add(a, b): ...",
+        entry_point="add",
+        tests="assert add(1, 2) == 3\n",
+        reference="import sys\nsys.exit(0)\n",
+    )
+    forged = exits.model_copy(update={"id": "code/forged", "reference": (
+        "class Anything:\n    def __eq__(self, other):\n        return True\n\n"
+        "def add(a, b):\n    return Anything()\n")})  # fmt: skip
+    found = await verify_references([exits, forged], pool)
+    assert found.passed == [] and found.unverified == []
+    reasons = {q.task_id: q.reason for q in found.failed}
+    assert "tampering: the solution ended its process (exit status 0)" in reasons["code/exits"]
+    assert "equal to anything" in reasons["code/forged"]
 
 
 async def test_all_humaneval_references_pass(pool: SandboxPool) -> None:

@@ -427,6 +427,7 @@ _REASON_WORDS = {
     "step_limit": "used all its turns (agent.max_turns) without finishing",
     "episode_timeout": "the episode took longer than env.episode_timeout_s",
     "checker_rejected": "the answer checker failed on the model's answer (counted wrong)",
+    "tampering": "the action tried to forge its verdict (counted wrong: docs/envs.md)",
     "sandbox_error": "infrastructure: the sandbox failed",
     "verifier_crash": "infrastructure: the answer checker could not run or finish",
     "infra_error": "infrastructure: retries exhausted",
