@@ -171,31 +171,20 @@ def _row(r: Rescore) -> dict[str, Any]:
 
 
 def _rescore(row: dict[str, Any]) -> Rescore:
+    """A row back as a record: Arrow gives maps as (key, value) pairs, the status as text."""
+
     def floats(value: Any) -> dict[str, float]:
         return dict(value) if value is not None else {}
 
+    new = row["new_components"]
     return Rescore(
-        id=row["id"],
-        task_id=row["task_id"],
-        domain=row["domain"],
-        status=RescoreStatus(row["status"]),
-        verifier_version=row["verifier_version"],
-        sample=row["sample"],
-        group_id=row["group_id"],
-        turn=row["turn"],
-        detail=row["detail"],
-        last_action=row["last_action"],
-        old_reward=row["old_reward"],
-        old_components=floats(row["old_components"]),
-        old_success=row["old_success"],
-        old_ending=row["old_ending"],
-        old_step_rewards=list(row["old_step_rewards"]),
-        new_reward=row["new_reward"],
-        new_components=None if row["new_components"] is None else floats(row["new_components"]),
-        new_success=row["new_success"],
-        new_ending=row["new_ending"],
-        new_step_rewards=list(row["new_step_rewards"]),
-        new_step_components=[floats(c) for c in row["new_step_components"]],
+        **row
+        | {
+            "status": RescoreStatus(row["status"]),
+            "old_components": floats(row["old_components"]),
+            "new_components": None if new is None else floats(new),
+            "new_step_components": [floats(c) for c in row["new_step_components"]],
+        }
     )
 
 
