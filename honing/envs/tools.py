@@ -174,7 +174,9 @@ class ToolsEnv(Environment):
         task = self._task()
         self.done = True  # single turn
         calls = [{"name": c.name, "arguments": c.arguments} for c in action.tool_calls]
-        mismatch, rejected = checked(lambda: match_calls(calls, task.expected_calls))
+        mismatch, rejected = checked(
+            lambda: match_calls(calls, task.expected_calls, task.functions)
+        )
         results = [ToolResult(call_id=c.id, name=c.name, content="recorded", ok=True)
                    for c in action.tool_calls]  # fmt: skip
         assert self.state is not None

@@ -69,7 +69,12 @@ def tools_reference_mismatch(task: ToolsTask) -> str | None:
     if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
         return "reference is not a JSON list of calls"
     mismatch = judge_reference(
-        calls, task.expected_calls, task.answer, task.max_calls, task.forbidden_tools
+        calls,
+        task.expected_calls,
+        task.functions,
+        task.answer,
+        task.max_calls,
+        task.forbidden_tools,
     )
     return None if mismatch is None else f"reference does not solve the task: {mismatch}"
 

@@ -1,32 +1,65 @@
-"""Tool calls as data: parsing them from Python call syntax, and matching them to expected calls.
+"""Tool calls as data: parsing them from Python call syntax, and judging them against expected
+calls by the rules of BFCL's AST checker.
 
-A call is `{"name": str, "arguments": dict}`. Expected calls use BFCL's "possible answer" form:
+A call is `{"name": str, "arguments": dict}`. Expected calls use BFCL's "possible answer" form,
 `{function_name: {parameter: [accepted values...]}}`, where an accepted value of `""` means the
-parameter may be left out. Matching follows BFCL's AST checker in spirit:
+parameter may be left out; the functions' descriptions (`{name, parameters: {properties,
+required}}`) give each parameter's type. `match_calls` accepts calls when `bfcl-eval`'s checker
+does (tests/tasks/test_bfcl_differential.py runs both on mutations of every ground truth of the
+Python categories), by these rules:
 
-* the calls and the expected calls are paired one to one, in any order (parallel calls);
-* an argument whose accepted values are only `""` (or none at all) may be left out;
-* names must be equal; every given argument must be expected, and every expected argument either
-  given or allowed to be absent;
-* numbers compare by value (an int may stand for a float, a bool never for a number), strings
-  compare after lower-casing and dropping spaces and ``,./-_*^`` punctuation, lists element by
-  element, and dicts key by key against their own lists of accepted values.
+* as many calls as expected, paired one to one in any order;
+* each call has the expected name; gives every argument its schema requires; gives only
+  arguments the schema declares and the expected call lists; gives every expected argument
+  unless `""` is among its values;
+* each argument has its schema's type: `integer` an int (not a bool, not `10.0`), `float` a float
+  or an int, `string` and `any` a str, `boolean` a bool, `array` and `tuple` a list (a tuple for
+  `tuple`), `dict` a dict; the elements of an array one level deep. A value of the accepted
+  values' own type also passes (BFCL's "variable" rule: the type of an accepted value, when it
+  differs from the schema's, wins) and is then compared as it is;
+* values: a string matches when equal after dropping spaces and ``,./-_*^``, lower-casing and
+  reading `'` as `"`; a list when equal with its top-level strings so standardised; a dict key by
+  key, each against its own accepted values (so is each dict of a list of dicts); anything else
+  by Python's equality.
 
-Not covered: BFCL's Java and JavaScript type rules (those categories are not loaded).
+Where honing differs from BFCL (docs/envs.md has the differential's figures):
+
+* parallel calls are paired by a perfect matching; BFCL pairs greedily (each expected call takes
+  the first call that fits), so it rejects orders in which a call fitting two expected calls
+  comes first.
+
+JSON Schema's `number` and `object` (honing's own tools) count as `float` and `dict`; a parameter
+of any other type is compared by value only. Not covered: BFCL's Java and JavaScript type rules
+(those categories are not loaded).
 """
 
 from __future__ import annotations
 
 import ast
-import itertools
+import functools
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 Call = dict[str, Any]
 Expected = dict[str, dict[str, list[Any]]]
+Function = dict[str, Any]
+
+# Parameter types as Python types: BFCL's names, and JSON Schema's for two of them.
+PYTHON_TYPES: dict[str, type] = {
+    "string": str, "any": str, "integer": int, "float": float, "number": float,
+    "boolean": bool, "array": list, "tuple": list, "dict": dict, "object": dict,
+}  # fmt: skip
+_STANDARDISED_AWAY = re.compile(r"[ ,./\-_*^]")
 _DROPPED = str.maketrans("", "", " ,./-_*^")
+
+
+@functools.lru_cache(maxsize=4096)
+def standardise(text: str) -> str:
+    """A string as BFCL compares it: spaces and ``,./-_*^`` dropped, lower case, `'` as `"`."""
+    return _STANDARDISED_AWAY.sub("", text).lower().replace("'", '"')
 
 
 def parse_python_calls(text: str) -> list[Call]:
@@ -65,11 +98,6 @@ def _has_value(options: Any) -> bool:
     return not isinstance(options, list) or any(o != "" for o in options)
 
 
-def _optional(options: Any) -> bool:
-    """Whether an argument may be left out: "" is accepted, or nothing is."""
-    return isinstance(options, list) and ("" in options or not options)
-
-
 def _first(options: Any) -> Any:
     return next(o for o in options if o != "") if isinstance(options, list) else options
 
@@ -83,65 +111,175 @@ def _concrete(value: Any) -> Any:
     return value
 
 
-def match_calls(calls: list[Call], expected: list[Expected]) -> str | None:
-    """None when `calls` satisfy `expected` (paired in any order), else the reason they do not."""
+def _optional(options: Any) -> bool:
+    """Whether an argument may be left out: "" is among its accepted values."""
+    return isinstance(options, list | str) and "" in options
+
+
+def match_calls(
+    calls: list[Call], expected: list[Expected], functions: list[Function]
+) -> str | None:
+    """None when `calls` satisfy `expected` (paired in any order), else the reason they do not.
+
+    `functions` are the task's function descriptions: they give each argument's type and the
+    required ones."""
     if len(calls) != len(expected):
         return f"expected {len(expected)} call(s), got {len(calls)}"
-    if not calls:
+    schemas = {f.get("name"): f for f in functions if isinstance(f, dict)}
+    misfits: dict[tuple[int, int], str | None] = {}
+
+    def misfit(i: int, j: int) -> str | None:  # why call j does not fit expected call i
+        if (i, j) not in misfits:
+            misfits[i, j] = _match_one(calls[j], expected[i], schemas)
+        return misfits[i, j]
+
+    unpaired = _unpaired(len(calls), lambda i, j: misfit(i, j) is None)
+    if unpaired is None:
         return None
-    reasons: list[str] = []
-    for order in itertools.permutations(range(len(calls))):
-        mismatch = None
-        for call, idx in zip(calls, order, strict=True):
-            mismatch = _match_one(call, expected[idx])
-            if mismatch:
-                break
-        if mismatch is None:
-            return None
-        reasons.append(mismatch)
-        if len(reasons) > 720:  # 6 parallel calls; more is not a realistic task
-            break
-    return reasons[0]
+    reasons = [r for r in (misfit(unpaired, j) for j in range(len(calls))) if r is not None]
+    same_name = [r for r in reasons if not r.startswith("called ")]
+    return (same_name or reasons or ["no call is left for it"])[0]
 
 
-def _match_one(call: Call, expected: Expected) -> str | None:
-    ((name, params),) = expected.items()
+def _unpaired(count: int, fits: Callable[[int, int], bool]) -> int | None:
+    """The index of an expected call that no one-to-one pairing can serve, or None when each of
+    the `count` expected calls gets a call of its own (`fits(i, j)`: call j fits expected call
+    i). Kuhn's augmenting paths: a perfect matching whenever one exists."""
+    owner: dict[int, int] = {}  # call -> the expected call it serves
+
+    def serve(i: int, tried: set[int]) -> bool:
+        for j in range(count):
+            if j not in tried and fits(i, j):
+                tried.add(j)
+                if j not in owner or serve(owner[j], tried):
+                    owner[j] = i
+                    return True
+        return False
+
+    return next((i for i in range(count) if not serve(i, set())), None)
+
+
+def _match_one(call: Call, expected: Expected, schemas: dict[Any, Function]) -> str | None:
+    ((name, accepted),) = expected.items()
     if call.get("name") != name:
         return f"called {call.get('name')!r}, expected {name!r}"
     given = call.get("arguments") or {}
-    for key in given:
-        if key not in params:
-            return f"{name}: unexpected argument {key!r}"
-    for key, accepted in params.items():
+    parameters = (schemas.get(name) or {}).get("parameters") or {}
+    declared = parameters.get("properties") or {}
+    for key in parameters.get("required") or []:
         if key not in given:
-            if not _optional(accepted):
-                return f"{name}: missing argument {key!r}"
-            continue
-        if not any(_same(given[key], value) for value in accepted if value != ""):
-            return f"{name}: {key}={json.dumps(given[key], default=str)[:80]} is not accepted"
+            return f"{name}: missing required argument {key!r}"
+    for key, value in given.items():
+        if key not in declared or key not in accepted:
+            return f"{name}: unexpected argument {key!r}"
+        mismatch = _argument(value, accepted[key], declared[key])
+        if mismatch:
+            return f"{name}: {key}={json.dumps(value, default=str)[:80]} {mismatch}"
+    for key, options in accepted.items():
+        if key not in given and not _optional(options):
+            return f"{name}: missing argument {key!r}"
     return None
 
 
-def _same(given: Any, accepted: Any) -> bool:
-    if isinstance(accepted, bool) or isinstance(given, bool):
-        return isinstance(given, bool) and isinstance(accepted, bool) and given == accepted
-    if isinstance(accepted, int | float) and isinstance(given, int | float):
-        return float(given) == float(accepted)
-    if isinstance(accepted, str) and isinstance(given, str):
-        return given.lower().translate(_DROPPED) == accepted.lower().translate(_DROPPED)
-    if isinstance(accepted, list) and isinstance(given, list | tuple):
-        return len(given) == len(accepted) and all(map(_same, given, accepted))
-    if isinstance(accepted, dict) and isinstance(given, dict):
-        for key, options in accepted.items():
-            if key not in given:
-                if not _optional(options):
-                    return False
-                continue
-            options = options if isinstance(options, list) else [options]
-            if not any(_same(given[key], o) for o in options if o != ""):
-                return False
-        return set(given) <= set(accepted)
-    return bool(given == accepted)
+def _argument(value: Any, options: list[Any], schema: Any) -> str | None:
+    """None when one argument's value has its schema's type and is accepted, else why not."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    want = PYTHON_TYPES.get(kind) if isinstance(kind, str) else None
+    if want is None:  # a type the judge does not know: the value alone decides
+        return None if _listed(value, options) else "is not accepted"
+    if kind == "tuple" and type(value) is tuple:
+        value = list(value)
+    if want is float and type(value) is int:
+        value = float(value)
+    items = schema.get("items") if kind in ("array", "tuple") else None
+    item_kind = items.get("type") if isinstance(items, dict) else None
+    item = PYTHON_TYPES.get(item_kind) if isinstance(item_kind, str) else None
+    variable = _type_fits(value, options, want, item)
+    if variable is None:
+        return f"is a {type(value).__name__}, not {kind}"
+    if variable:
+        accepted = _listed(value, options)
+    elif want is dict:
+        accepted = _dict_fits(value, options)
+    elif want is list and item is dict:
+        accepted = _dicts_fit(value, options)
+    elif want is str:
+        accepted = standardise(value) in [standardise(o) for o in options if type(o) is str]
+    elif want is list:
+        accepted = _list_fits(value, options)
+    else:
+        accepted = _listed(value, options)
+    return None if accepted else "is not accepted"
+
+
+def _answer_type(options: list[Any]) -> type | None:
+    """The type of the first accepted value that is not "" (None when there is none)."""
+    return next((type(o) for o in options if o != ""), None)
+
+
+def _type_fits(value: Any, options: list[Any], want: type, item: type | None) -> bool | None:
+    """BFCL's type rule. None when `value` has the wrong type; otherwise whether it stands as a
+    "variable": its accepted values are of another type than the schema's, so it is compared as
+    it is, not standardised. A list's elements must have the item type (or the type of the
+    accepted list's elements) for one accepted list; an accepted value that is not a list, like
+    "", lets any elements pass."""
+    answer_type = _answer_type(options)
+    variable = answer_type is not None and answer_type is not want
+    if type(value) is want:
+        elements = value if isinstance(value, list) else []
+        if item is None or any(
+            type(option) is not list
+            or all(_type_fits(element, option, item, None) is not None for element in elements)
+            for option in options
+        ):
+            return variable
+        return None
+    if answer_type is not None and type(value) is answer_type:
+        return True
+    return None
+
+
+def _listed(value: Any, options: list[Any]) -> bool:
+    return value in options
+
+
+def _list_fits(value: list[Any], options: list[Any]) -> bool:
+    """A list whose top-level strings, standardised, equal an accepted list's so standardised.
+    An accepted "" reads as the empty list (an optional list may be given empty)."""
+    given = [standardise(v) if type(v) is str else v for v in value]
+    return any(
+        given == [standardise(o) if type(o) is str else o for o in option]
+        for option in options
+        if isinstance(option, list | str)
+    )
+
+
+def _dict_fits(value: dict[str, Any], options: list[Any]) -> bool:
+    """A dict that one accepted dict (of `{key: [accepted values]}`) accepts key by key."""
+    for option in options:
+        if not isinstance(option, dict):
+            continue
+        if all(
+            key in option
+            and (standardise(v) if type(v) is str else v)
+            in [standardise(o) if type(o) is str else o for o in option[key]]
+            for key, v in value.items()
+        ) and all(key in value or _optional(opts) for key, opts in option.items()):
+            return True
+    return False
+
+
+def _dicts_fit(value: list[Any], options: list[Any]) -> bool:
+    """A list of dicts that one accepted list accepts element by element."""
+    return any(
+        len(value) == len(option)
+        and all(
+            isinstance(v, dict) and isinstance(o, dict) and _dict_fits(v, [o])
+            for v, o in zip(value, option, strict=True)
+        )
+        for option in options
+        if isinstance(option, list | str)
+    )
 
 
 def answers_match(expected: str, given: str, rel_tol: float = 1e-6) -> bool:
@@ -171,13 +309,14 @@ def _number(text: str) -> float | None:
 def judge_reference(
     calls: list[Call],
     expected: list[Expected],
+    functions: list[Function],
     answer: str | None,
     max_calls: int | None,
     forbidden: list[str],
 ) -> str | None:
     """None when a tools task's reference calls solve it, else why not."""
     if answer is None:
-        return match_calls(calls, expected)
+        return match_calls(calls, expected, functions)
     if not calls or calls[-1].get("name") != "answer":
         return "the reference must end with an `answer` call"
     if max_calls is not None and len(calls) > max_calls:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from honing.envs import Action, EnvConfig, FailureReason
+from honing.envs import Action, EnvConfig, FailureReason, ToolCall
 from honing.envs.tools import ToolError, ToolsEnv, calendar, convert_units
 from honing.sandbox import SandboxPool
 from honing.tasks import ToolsTask
@@ -89,13 +89,18 @@ async def test_function_calling_is_judged_on_the_first_reply(env: ToolsEnv) -> N
 
 
 async def test_calls_the_matcher_raises_on_are_wrong_with_the_reason(env: ToolsEnv) -> None:
-    """An integer too large for a float makes the BFCL-style matcher raise: a wrong answer, the
-    exception kept, not an infrastructure failure (the judges run on the host)."""
+    """A value nested deeper than Python can recurse makes the matcher raise: a wrong answer,
+    the exception kept, not an infrastructure failure (the judges run on the host). JSON text
+    cannot nest that deep; an action built by other means can."""
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
     await env.reset(AREA)
-    result = await env.step(calls(call("area", base=10**400, height=5)))
+    deep_call = ToolCall(id="c-area", name="area", arguments={"base": deep, "height": 5})
+    result = await env.step(Action(tool_calls=[deep_call]))
     assert result.done and result.components["outcome"] == 0.0
     assert result.info.failure is FailureReason.CHECKER_REJECTED and not result.info.infrastructure
-    assert result.info.detail.startswith("the checker failed on it: OverflowError")
+    assert result.info.detail.startswith("the checker failed on it: RecursionError")
 
 
 async def test_abstaining_is_right_when_no_call_is_expected(env: ToolsEnv) -> None:
