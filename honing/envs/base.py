@@ -47,6 +47,24 @@ class MalformedAction(HoningError):
     """An assistant message that is not a valid action; the message says what is wrong."""
 
 
+def untrusted_json(text: str) -> Any:
+    """`json.loads` for text a model (or a client) wrote; ValueError, with a one-line reason, when
+    it is not JSON.
+
+    json.loads fails on such text in three ways, not only JSONDecodeError: a plain ValueError for
+    an integer of over 4,300 digits (Python's int_max_str_digits) and RecursionError for brackets
+    nested about 1,000 deep. All three are the writer's malformed output, never a crash.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at character {exc.pos}") from exc
+    except ValueError as exc:  # the digit limit; what follows ";" is advice for a Python user
+        raise ValueError(str(exc).partition(";")[0]) from exc
+    except RecursionError as exc:
+        raise ValueError(f"nested too deep ({exc})") from exc
+
+
 class FailureReason(enum.StrEnum):
     MALFORMED_ACTION = "malformed_action"  # unparsable tool call, bad arguments
     UNKNOWN_TOOL = "unknown_tool"
@@ -93,10 +111,10 @@ class Action(_Record):
             arguments = function.get("arguments", "{}")
             if isinstance(arguments, str):
                 try:
-                    arguments = json.loads(arguments or "{}")
-                except json.JSONDecodeError as exc:
+                    arguments = untrusted_json(arguments or "{}")
+                except ValueError as exc:
                     raise MalformedAction(
-                        f"tool call {i} ({function['name']}): arguments are not JSON: {exc.msg}"
+                        f"tool call {i} ({function['name']}): arguments are not JSON: {exc}"
                     ) from exc
             if not isinstance(arguments, dict):
                 raise MalformedAction(

@@ -67,6 +67,7 @@ import torch
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from honing.envs.base import untrusted_json
 from honing.errors import ConfigError, EngineError
 from honing.export.server_chat import ChatRenderer, Rendered, cut_at_stop
 from honing.export.server_lora import ServeError, read_adapter
@@ -595,8 +596,8 @@ def _finish(gen: Generation) -> str:
 
 async def _parse(request: web.Request, model: type[R]) -> R:
     try:
-        raw = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raw = untrusted_json(await request.text())
+    except ValueError as exc:  # not JSON, or not UTF-8 (UnicodeDecodeError)
         raise APIError(400, f"the request body is not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise APIError(400, "the request body must be a JSON object")

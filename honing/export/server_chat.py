@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from honing.envs.base import MalformedAction
+from honing.envs.base import MalformedAction, untrusted_json
 from honing.export.server_protocol import APIError, CallSpec, ChatMessage, ChatRequest
 from honing.rollout.chat import ChatFormat, Message, describe_tools, openai_tool_calls, parse_action
 from honing.rollout.engines.base import FinishReason
@@ -226,8 +226,8 @@ def _with_markup(content: str, calls: Sequence[CallSpec]) -> str:
     blocks = []
     for call in calls:
         try:
-            arguments = json.loads(call.function.arguments or "{}")
-        except json.JSONDecodeError:
+            arguments = untrusted_json(call.function.arguments or "{}")
+        except ValueError:
             arguments = call.function.arguments
         body = json.dumps({"name": call.function.name, "arguments": arguments}, ensure_ascii=False)
         blocks.append(f"<tool_call>{body}</tool_call>")

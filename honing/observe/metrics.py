@@ -5,13 +5,17 @@
     signal = learning_signal(groups)          # how many groups could teach anything
     signal_warning(recent_signals, entropy)   # a warning when most could not, several times
     m.scalars["train/success/domain/math"], m.histograms["reward/all"]
+    outcomes(trajectories)                    # success and mean reward, infra failures apart
     episode_fields(trajectory, split="train", set="math", staleness=0)   # an `episode` event
 
 Scalar names ("/"-separated, per update step):
 
-    train/success, train/reward                      means over the update's episodes
+    train/success, train/reward                      means over the update's judged episodes
+    train/infra_failures                             episodes left out of those (count); when
+                                                     it is all of them, no success or reward
+                                                     scalar is written
     train/success/domain/<d>, train/success/tag/<t>, train/reward/domain/<d>, train/reward/tag/<t>
-    train/reward/component/<c>                       mean over the episodes that have <c>
+    train/reward/component/<c>                       mean over the judged episodes that have <c>
     train/unaided_answers/domain/<d>                 share of judged answers given without
                                                      calling any tool but `answer` (math: no
                                                      calculator call before the answer)
@@ -30,7 +34,11 @@ Scalar names ("/"-separated, per update step):
 Learning signal (per update): signal/zero_variance_share (groups whose rewards are all equal:
 GRPO learns nothing from them), signal/all_failed_share, signal/all_solved_share, train/reward_std.
 
-Histograms: reward/all, reward/domain/<d>, reward/tag/<t>, reward/component/<c>, staleness.
+Histograms: reward/all, reward/domain/<d>, reward/tag/<t>, reward/component/<c> (judged episodes),
+staleness.
+
+Judged episodes (`judged`): all but those the infrastructure failed (`Ending.INFRA_ERROR`). An
+infrastructure failure is never a reward of 0: success and reward figures leave it out.
 
 An episode's failure reason is `Trajectory.failure` (the environments' `FailureReason` value, a
 deadline stage, or `infra:<stage>`); an unsuccessful episode without one counts under its ending
@@ -106,6 +114,33 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
+def judged(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
+    """The episodes the environment judged: all but those the infrastructure failed
+    (`Trajectory.infrastructure_failed`), which success and reward figures leave out."""
+    return [t for t in trajectories if not t.infrastructure_failed]
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Success rate and mean reward over a batch's judged episodes (None: it has none), and the
+    episodes left out of both because the infrastructure failed them."""
+
+    success: float | None
+    reward: float | None
+    infra_failures: int
+
+
+def outcomes(trajectories: Sequence[Trajectory]) -> Outcomes:
+    """The `Outcomes` of `trajectories`: the trainer's per-update report and `train/success`,
+    `train/reward`, `train/infra_failures` are this."""
+    scored = judged(trajectories)
+    return Outcomes(
+        success=_mean([float(t.success) for t in scored]) if scored else None,
+        reward=_mean([t.reward for t in scored]) if scored else None,
+        infra_failures=len(trajectories) - len(scored),
+    )
+
+
 def _by(trajectories: Iterable[Trajectory], keys: Any) -> dict[str, list[Trajectory]]:
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:
@@ -126,26 +161,30 @@ def update_metrics(
     `learner_version`: the learner's version when it trained on them (for staleness)."""
     s: dict[str, float] = {}
     h: dict[str, list[float]] = {}
+    scored = judged(trajectories)
+    summary = outcomes(trajectories)
     if trajectories:
-        s["train/success"] = _mean([float(t.success) for t in trajectories])
-        s["train/reward"] = _mean([t.reward for t in trajectories])
-        h["reward/all"] = [t.reward for t in trajectories]
-    for domain, group in _by(trajectories, lambda t: [t.domain]).items():
+        s["train/infra_failures"] = float(summary.infra_failures)
+    if summary.success is not None and summary.reward is not None:
+        s["train/success"] = summary.success
+        s["train/reward"] = summary.reward
+        h["reward/all"] = [t.reward for t in scored]
+    for domain, group in _by(scored, lambda t: [t.domain]).items():
         s[f"train/success/domain/{domain}"] = _mean([float(t.success) for t in group])
         s[f"train/reward/domain/{domain}"] = _mean([t.reward for t in group])
         h[f"reward/domain/{domain}"] = [t.reward for t in group]
-    for tag, group in _by(trajectories, lambda t: t.tags).items():
+    for tag, group in _by(scored, lambda t: t.tags).items():
         s[f"train/success/tag/{tag}"] = _mean([float(t.success) for t in group])
         s[f"train/reward/tag/{tag}"] = _mean([t.reward for t in group])
         h[f"reward/tag/{tag}"] = [t.reward for t in group]
     components: dict[str, list[float]] = defaultdict(list)
-    for t in trajectories:
+    for t in scored:
         for name, value in t.components.items():
             components[name].append(value)
     for name, values in sorted(components.items()):
         s[f"train/reward/component/{name}"] = _mean(values)
         h[f"reward/component/{name}"] = values
-    answered = [t for t in trajectories if "outcome" in t.components]
+    answered = [t for t in scored if "outcome" in t.components]
     for domain, group in _by(answered, lambda t: [t.domain]).items():
         s[f"train/unaided_answers/domain/{domain}"] = _mean([float(unaided(t)) for t in group])
     reasons = Counter(r for r in map(failure_reason, trajectories) if r is not None)
@@ -240,12 +279,12 @@ class Signal:
     """How much one update's groups could teach: GRPO learns only from groups whose rewards
     differ."""
 
-    groups: int
-    zero_variance: int  # groups whose rewards are all equal
-    all_failed: int  # ... of them, every sample unsuccessful
-    all_solved: int  # ... of them, every sample successful
-    reward_mean: float
-    reward_std: float  # over the update's episodes (population std)
+    groups: int  # groups with a judged episode (one the infrastructure did not fail)
+    zero_variance: int  # groups whose judged rewards are all equal
+    all_failed: int  # ... of them, every judged sample unsuccessful
+    all_solved: int  # ... of them, every judged sample successful
+    reward_mean: float | None  # over the update's judged episodes; None: there are none
+    reward_std: float | None  # ... (population std)
 
     @property
     def zero_variance_share(self) -> float:
@@ -254,26 +293,30 @@ class Signal:
     def scalars(self) -> dict[str, float]:
         """The per-update scalars (see the module docstring)."""
         n = max(1, self.groups)
-        return {
+        scalars = {
             "signal/zero_variance_share": self.zero_variance_share,
             "signal/all_failed_share": self.all_failed / n,
             "signal/all_solved_share": self.all_solved / n,
-            "train/reward_std": self.reward_std,
         }
+        if self.reward_std is not None:
+            scalars["train/reward_std"] = self.reward_std
+        return scalars
 
 
 def learning_signal(groups: Sequence[Group]) -> Signal:
-    """The update's `Signal`: zero-variance groups (equal rewards, as dynamic sampling drops
-    them), split by whether they all failed or all succeeded, and the reward's mean and std."""
-    flat = [t.reward for g in groups for t in g.trajectories]
-    zero = [g for g in groups if g.trajectories and len(set(g.rewards)) == 1]
-    mean = _mean(flat)
-    std = (sum((r - mean) ** 2 for r in flat) / len(flat)) ** 0.5 if flat else 0.0
+    """The update's `Signal` over its judged episodes (an infrastructure failure is no reward):
+    zero-variance groups (equal rewards, as dynamic sampling drops them), split by whether they
+    all failed or all succeeded, and the reward's mean and std."""
+    kept = [scored for g in groups if (scored := judged(g.trajectories))]
+    flat = [t.reward for g in kept for t in g]
+    zero = [g for g in kept if len({t.reward for t in g}) == 1]
+    mean = _mean(flat) if flat else None
+    std = None if mean is None else (sum((r - mean) ** 2 for r in flat) / len(flat)) ** 0.5
     return Signal(
-        groups=len(groups),
+        groups=len(kept),
         zero_variance=len(zero),
-        all_failed=sum(1 for g in zero if not any(t.success for t in g.trajectories)),
-        all_solved=sum(1 for g in zero if all(t.success for t in g.trajectories)),
+        all_failed=sum(1 for g in zero if not any(t.success for t in g)),
+        all_solved=sum(1 for g in zero if all(t.success for t in g)),
         reward_mean=mean,
         reward_std=std,
     )

@@ -126,15 +126,16 @@ class RunProgress(_Live):
         self._update(status=self._status())
 
     def step(
-        self, step: int, *, success: float | None, reward: float, tokens_per_s: float,
+        self, step: int, *, success: float | None, reward: float | None, tokens_per_s: float,
         episodes_per_s: float, infra: int = 0,
     ) -> None:  # fmt: skip
-        """Update `step` is done: `success` over its episodes but the `infra` ones the
-        infrastructure failed (None when it failed them all)."""
+        """Update `step` is done: `success` and mean `reward` over its episodes but the `infra`
+        ones the infrastructure failed (None when it failed them all)."""
         self.step_done = step
         rate = "n/a" if success is None else f"{100 * success:.0f}%"
+        shown = "n/a" if reward is None else f"{reward:.3f}"
         self.stats = (
-            f"success {rate} (infra failures {infra}) reward {reward:.3f} | "
+            f"success {rate} (infra failures {infra}) reward {shown} | "
             f"{tokens_per_s:.0f} tok/s {episodes_per_s:.2f} ep/s"
         )
         self._update(completed=step, status=self._status())
@@ -168,9 +169,9 @@ class EpisodeProgress(_Live):
         self.total = total
         self.done = 0
         self.passed = 0
-        self.infra = 0  # episodes the infrastructure failed: left out of the success rate
+        self.infra = 0  # episodes the infrastructure failed: left out of success and reward
         self.rewards = 0.0
-        self.rewarded = 0  # episodes that reported a reward
+        self.rewarded = 0  # judged episodes that reported a reward
         self.started = time.monotonic()
 
     def start(self) -> None:
@@ -181,11 +182,12 @@ class EpisodeProgress(_Live):
         self, success: bool, reward: float | None = None, *, count: int = 1, infra: bool = False
     ) -> None:
         """`count` episodes finished, `success` for each; `reward`: their mean, if known;
-        `infra`: the infrastructure failed them (left out of the success rate)."""
+        `infra`: the infrastructure failed them (left out of the success rate and the reward)."""
+        left_out = infra and not success
         self.done += count
         self.passed += count * int(success)
-        self.infra += count * int(infra and not success)
-        if reward is not None:
+        self.infra += count * int(left_out)
+        if reward is not None and not left_out:
             self.rewards += reward * count
             self.rewarded += count
         self._update(completed=self.done, status=self._status())

@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from honing.envs.base import Action, MalformedAction, Observation, ToolCall
+from honing.envs.base import Action, MalformedAction, Observation, ToolCall, untrusted_json
 from honing.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -153,8 +153,8 @@ def _bare_calls(text: str) -> list[Any] | None:
     if not (body.startswith(("{", "[")) and '"name"' in body):
         return None
     try:
-        value = json.loads(body)
-    except json.JSONDecodeError:
+        value = untrusted_json(body)
+    except ValueError:
         if '"arguments"' in body or '"parameters"' in body:
             return [body]  # meant as a call: _tool_call reports the JSON error
         return None
@@ -168,11 +168,10 @@ def _tool_call(index: int, raw: Any, prefix: str) -> ToolCall:
     where = f"tool call {index + 1}"
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise MalformedAction(
-                f"{where}: not valid JSON ({exc.msg} at character {exc.pos}): {raw.strip()[:120]!r}"
-            ) from exc
+            raw = untrusted_json(raw)
+        except ValueError as exc:
+            shown = raw.strip()[:120]
+            raise MalformedAction(f"{where}: not valid JSON ({exc}): {shown!r}") from exc
     if not isinstance(raw, dict):
         raise MalformedAction(
             f'{where}: must be a JSON object with "name" and "arguments", '
@@ -184,9 +183,9 @@ def _tool_call(index: int, raw: Any, prefix: str) -> ToolCall:
     arguments = raw.get("arguments", raw.get("parameters", {}))
     if isinstance(arguments, str):  # some models encode the arguments twice, as OpenAI does
         try:
-            arguments = json.loads(arguments or "{}")
-        except json.JSONDecodeError as exc:
-            raise MalformedAction(f"{where} ({name}): arguments are not JSON: {exc.msg}") from exc
+            arguments = untrusted_json(arguments or "{}")
+        except ValueError as exc:
+            raise MalformedAction(f"{where} ({name}): arguments are not JSON: {exc}") from exc
     if not isinstance(arguments, dict):
         raise MalformedAction(
             f'{where} ({name}): "arguments" must be a JSON object, not {json.dumps(arguments)[:60]}'

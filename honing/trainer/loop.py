@@ -67,6 +67,7 @@ from honing.observe.metrics import (
     episode_fields,
     eval_scalars,
     learning_signal,
+    outcomes,
     signal_warning,
     staleness,
     staleness_counts,
@@ -145,8 +146,8 @@ class StepReport:
     sources: dict[str, int]  # groups per source
     episodes: int
     success_rate: float | None  # over the episodes the infrastructure did not fail; None: none
-    reward_mean: float
-    infra_errors: int  # episodes left out of the success rate
+    reward_mean: float | None  # ... the same episodes
+    infra_errors: int  # episodes the infrastructure failed: left out of both
     rollout_s: float
     update_s: float
     sync_s: float
@@ -490,14 +491,15 @@ class Trainer:
         sources: dict[str, int] = {}
         for name, _ in drawn:
             sources[name] = sources.get(name, 0) + 1
+        judged = outcomes(trajectories)
         report = StepReport(
             step=self.state.step,
             phase=phase.name,
             sources=sources,
             episodes=len(trajectories),
-            success_rate=_success_rate(trajectories),
-            reward_mean=sum(t.reward for t in trajectories) / max(1, len(trajectories)),
-            infra_errors=sum(t.infrastructure_failed for t in trajectories),
+            success_rate=judged.success,
+            reward_mean=judged.reward,
+            infra_errors=judged.infra_failures,
             rollout_s=rollout_s,
             update_s=stats.seconds,
             sync_s=sync.seconds,
@@ -520,8 +522,13 @@ class Trainer:
         }
         _append_json(self.run_dir / METRICS_FILE, record)
         self._observe(report, trajectories, lags, version, self.pool.usage().since(usage))
-        warning = signal_warning(self.signals, stats.entropy if stats.stepped else None)
-        if warning is not None:
+        warnings = [signal_warning(self.signals, stats.entropy if stats.stepped else None)]
+        if trajectories and judged.infra_failures == len(trajectories):
+            warnings.append(
+                f"the infrastructure failed all {len(trajectories)} episodes of update "
+                f"{report.step}: no success or reward to report, nothing to learn from"
+            )
+        for warning in filter(None, warnings):
             log.warning("%s", warning)
             emit("warning", report.step, message=warning)
         return report
@@ -738,14 +745,14 @@ class Trainer:
         eta = per_step * (total - r.step)
         s = r.stats
         log.info(
-            "step %d/%d [%s] success %s (infra failures %d) reward %.3f | loss %.4f entropy %.3f "
+            "step %d/%d [%s] success %s (infra failures %d) reward %s | loss %.4f entropy %.3f "
             "grad %.3f groups kept %d/%d | rollout %.0fs update %.0fs sync %.2fs | ETA %.1f min",
             r.step,
             total,
             r.phase,
             _percent(r.success_rate),
             r.infra_errors,
-            r.reward_mean,
+            "n/a" if r.reward_mean is None else f"{r.reward_mean:.3f}",
             s.loss,
             s.entropy,
             s.grad_norm,
@@ -760,12 +767,6 @@ class Trainer:
 
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
-
-
-def _success_rate(trajectories: Sequence[Trajectory]) -> float | None:
-    """Successes over the episodes the infrastructure did not fail (None when it failed all)."""
-    judged = [t for t in trajectories if not t.infrastructure_failed]
-    return sum(t.success for t in judged) / len(judged) if judged else None
 
 
 def result_json(result: TrainResult, name: str) -> dict[str, Any]:

@@ -103,6 +103,23 @@ def test_malformed_tool_calls_are_named() -> None:
         Action.from_openai({"tool_calls": [{"function": {}}]})
 
 
+DIGITS = "Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "why"),
+    [  # json.loads raises a plain ValueError here, and RecursionError: not JSONDecodeError
+        ('{"n": ' + "9" * 5000 + "}", DIGITS),
+        ('{"n": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deep (maximum recursion depth"),
+    ],
+)  # fmt: skip
+def test_arguments_past_pythons_json_limits_are_malformed(arguments: str, why: str) -> None:
+    message = {"tool_calls": [{"function": {"name": "run_tests", "arguments": arguments}}]}
+    with pytest.raises(MalformedAction) as caught:
+        Action.from_openai(message)
+    assert str(caught.value).startswith(f"tool call 0 (run_tests): arguments are not JSON: {why}")
+
+
 async def test_unknown_tool_and_bad_arguments_are_not_crashes(env: CodeEnv) -> None:
     await env.reset(ADD)
     result = await env.step(Action.from_openai({"tool_calls": [call("delete_everything")]}))

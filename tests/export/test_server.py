@@ -361,6 +361,10 @@ def test_errors_are_openai_shaped(running: RunningServer, client: openai.OpenAI,
     assert (
         set(error) == {"message", "type", "param", "code"} and "not valid JSON" in error["message"]
     )
+    # json.loads raises a plain ValueError past 4,300 digits: still the client's error, not a 500
+    digits = httpx.post(url, content=b'{"max_tokens": ' + b"9" * 5000 + b"}")
+    assert digits.status_code == 400
+    assert "not valid JSON: Exceeds the limit (4300 digits)" in digits.json()["error"]["message"]
 
     with pytest.raises(openai.BadRequestError) as two:
         client.chat.completions.create(model=name, messages=MESSAGES, n=2)

@@ -151,6 +151,20 @@ def test_tool_calls_without_markup_are_rendered_in_honings_format(tok: Any) -> N
     assert messages[3] == {"role": "user", "content": "Tool result (calculator):\n4\n\nNow answer."}
 
 
+def test_tool_call_arguments_past_pythons_json_limits_are_rendered_as_sent(tok: Any) -> None:
+    # json.loads raises a plain ValueError past 4,300 digits: the client's text is kept as is.
+    arguments = '{"expression": ' + "9" * 5000 + "}"
+    request = ChatRequest.model_validate({"model": "m", "messages": [
+        {"role": "user", "content": "What is it?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "calculator", "arguments": arguments}}]},
+    ]})  # fmt: skip
+    messages, _ = ChatRenderer(tok).messages(request)
+    sent = json.dumps({"name": "calculator", "arguments": arguments})
+    assert messages[-1] == {"role": "assistant", "content": f"<tool_call>{sent}</tool_call>"}
+
+
 def test_a_continued_conversation_keeps_the_models_own_tokens(tok: Any) -> None:
     renderer = ChatRenderer(tok)
     first = ChatRequest.model_validate(

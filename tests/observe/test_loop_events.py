@@ -118,6 +118,8 @@ def test_a_killed_and_resumed_run_logs_every_event_once_and_tensorboard_has_ever
     acc = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "histograms": 0})
     acc.Reload()
     assert [e.step for e in acc.Scalars("train/success")] == [1, 2, 3, 4]
+    infra = acc.Scalars("train/infra_failures")  # left out of train/success: none here
+    assert [(e.step, e.value) for e in infra] == [(1, 0.0), (2, 0.0), (3, 0.0), (4, 0.0)]
     assert [e.step for e in acc.Scalars("eval/add/success")] == [0, 2, 4]
     assert [e.step for e in acc.Scalars("learner/loss")] == [1, 2, 3, 4]
     assert {"train/success/tag/add", "train/success/tag/sub", "time/rollout_s"} <= set(

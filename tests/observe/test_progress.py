@@ -51,7 +51,17 @@ def test_episode_progress_leaves_infrastructure_failures_out_of_the_rate() -> No
         progress._progress.refresh()  # type: ignore[union-attr]
         drawn = out.getvalue()
     assert progress.success_rate == 1 / 2  # 1 of the 2 judged; the 2 infra failures left out
-    assert "success 1/2 (50%; infra failures 2)" in drawn
+    assert "success 1/2 (50%; infra failures 2) | reward 0.500" in drawn  # (1.0 + 0.0) / 2
+
+
+def test_run_progress_says_n_a_when_the_infrastructure_failed_every_episode() -> None:
+    con, out = console(True)
+    with RunProgress(con) as progress:
+        progress.start(total=4)
+        progress.step(1, success=None, reward=None, infra=8, tokens_per_s=0.0, episodes_per_s=1.0)
+        progress._progress.refresh()  # type: ignore[union-attr]
+        drawn = out.getvalue()
+    assert "success n/a (infra failures 8) reward n/a | 0 tok/s 1.00 ep/s" in drawn
 
 
 def test_no_live_display_on_a_pipe_or_when_quiet() -> None:

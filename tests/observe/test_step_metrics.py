@@ -7,12 +7,14 @@ from collections.abc import Sequence
 import pytest
 
 from honing.observe.metrics import (
+    Outcomes,
     Signal,
     Timings,
     episode_fields,
     eval_scalars,
     failure_reason,
     learning_signal,
+    outcomes,
     signal_warning,
     staleness,
     staleness_counts,
@@ -64,10 +66,12 @@ def test_update_metrics_by_domain_tag_component_failure_retry_and_time() -> None
         busy_fraction=0.75,
     )
     s = m.scalars
-    assert s["train/success"] == pytest.approx(1 / 4)
-    assert s["train/reward"] == pytest.approx((1.0 + 0.25 + 0 + 0) / 4)
+    # the 4th episode is an infrastructure failure: left out of success and reward, counted
+    assert s["train/success"] == pytest.approx(1 / 3)
+    assert s["train/reward"] == pytest.approx((1.0 + 0.25 + 0) / 3)
+    assert s["train/infra_failures"] == 1
     assert s["train/success/domain/math"] == pytest.approx(1 / 2)
-    assert s["train/success/domain/code"] == 0.0
+    assert s["train/success/domain/code"] == 0.0  # the step-limited one: judged, unsolved
     assert s["train/reward/domain/math"] == pytest.approx((1.0 + 0.25) / 2)
     assert s["train/success/tag/easy"] == pytest.approx(1 / 2)
     assert s["train/success/tag/add"] == 0.0
@@ -96,9 +100,41 @@ def test_update_metrics_by_domain_tag_component_failure_retry_and_time() -> None
     assert s["throughput/episodes_per_s"] == pytest.approx(4 / 4.0)
     assert s["learner/loss"] == 0.5 and s["learner/stepped"] == 1.0 and s["learner/tokens"] == 12
     assert s["sandbox/busy_fraction"] == 0.75
-    assert m.histograms["reward/all"] == [1.0, 0.25, 0.0, 0.0]
-    assert m.histograms["reward/domain/code"] == [0.0, 0.0]
+    assert m.histograms["reward/all"] == [1.0, 0.25, 0.0]
+    assert m.histograms["reward/domain/code"] == [0.0]
     assert m.histograms["reward/component/well_formed"] == [1.0, 0.5]
+
+
+def test_outcomes_leave_infrastructure_failures_out_and_count_them() -> None:
+    # rewards 1.0, 0.25, 0.0 judged; the infrastructure failure's 0.0 is no reward
+    assert outcomes(batch()) == Outcomes(success=1 / 3, reward=(1.0 + 0.25 + 0.0) / 3,
+                                          infra_failures=1)  # fmt: skip
+    crashed = traj("math", [], 7.0, False, ending=Ending.INFRA_ERROR, failure="infra:step")
+    assert outcomes([*batch(), crashed]).reward == pytest.approx((1.0 + 0.25 + 0.0) / 3)
+    assert outcomes([]) == Outcomes(success=None, reward=None, infra_failures=0)
+
+
+def test_an_update_the_infrastructure_failed_entirely_has_no_success_or_reward() -> None:
+    failed = [
+        traj("math", ["easy"], 0.0, False, failure="infra:generate", ending=Ending.INFRA_ERROR,
+             components={"well_formed": 1.0}),
+        traj("code", [], 0.0, False, failure="infra:runner", ending=Ending.INFRA_ERROR),
+    ]  # fmt: skip
+    assert outcomes(failed) == Outcomes(success=None, reward=None, infra_failures=2)
+    m = update_metrics(failed, learner_version=3, learner={}, timings=Timings(1.0, 0.0, 0.0))
+    s = m.scalars
+    assert s["train/infra_failures"] == 2
+    assert s["train/failures/infra:generate"] == 1 and s["train/failures/infra:runner"] == 1
+    assert not [k for k in s if k.startswith(("train/success", "train/reward"))]
+    assert not [k for k in m.histograms if k.startswith("reward/")]
+    signal = learning_signal([Group("t", "g", failed)])
+    assert (signal.groups, signal.zero_variance, signal.all_failed) == (0, 0, 0)
+    assert signal.reward_mean is None and signal.reward_std is None
+    assert signal.scalars() == {
+        "signal/zero_variance_share": 0.0,
+        "signal/all_failed_share": 0.0,
+        "signal/all_solved_share": 0.0,
+    }  # no train/reward_std: nothing was judged
 
 
 def test_an_empty_update_has_only_its_timings() -> None:
@@ -182,6 +218,21 @@ def test_learning_signal_counts_the_groups_that_can_teach_nothing() -> None:
     assert s.reward_std == pytest.approx((sum((r - mean) ** 2 for r in rewards) / 8) ** 0.5)
     assert s.scalars()["signal/zero_variance_share"] == 3 / 4
     assert s.scalars()["signal/all_failed_share"] == 2 / 4
+
+
+def test_learning_signal_leaves_infrastructure_failures_out() -> None:
+    crashed = Trajectory(task_id="t", domain="math", ending=Ending.INFRA_ERROR)  # reward 0.0
+    groups = [
+        Group("t", "g", [*group([1.0, 1.0], [True, True]).trajectories, crashed]),  # all solved
+        group([1.0, 0.0], [True, False]),
+        Group("t", "g", [crashed, crashed]),  # nothing judged: not a group that was judged
+    ]
+    s = learning_signal(groups)
+    assert (s.groups, s.zero_variance, s.all_failed, s.all_solved) == (2, 1, 0, 1)
+    rewards = [1.0, 1.0, 1.0, 0.0]
+    mean = sum(rewards) / 4  # 0.75
+    assert s.reward_mean == mean
+    assert s.reward_std == pytest.approx((sum((r - mean) ** 2 for r in rewards) / 4) ** 0.5)
 
 
 def signal(zero: int, failed: int = 0, solved: int = 0, groups: int = 4) -> Signal:

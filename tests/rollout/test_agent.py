@@ -165,13 +165,24 @@ async def test_calculator_then_answer_solves_a_task_token_faithfully(
     assert gate.entered == {"engine": 2, "env": 4}  # reset, 2 steps, close
 
 
+@pytest.mark.parametrize(
+    "broken",
+    [
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "347*86"</tool_call>',
+        # json.loads raises a plain ValueError (not JSONDecodeError) past 4,300 digits
+        '<tool_call>{"name": "calculator", "arguments": {"expression": '
+        + "9" * 5000
+        + "}}</tool_call>",
+    ],
+    ids=["unclosed", "digits"],
+)
 async def test_malformed_tool_call_costs_a_format_penalty_and_play_goes_on(
-    tok: Any, pool: SandboxPool, product: AnyTask
+    tok: Any, pool: SandboxPool, product: AnyTask, broken: str
 ) -> None:
-    broken = '<tool_call>{"name": "calculator", "arguments": {"expression": "347*86"</tool_call>'
     engine = ScriptedEngine([broken, call("answer", value="29842")], tokenizer=tok)
     env = Recorded(math_env(pool, reward_weights={"outcome": 1.0, "well_formed": 0.5}))
-    traj = await run_episode(product, env, engine, AgentConfig(sampling=SAMPLING))
+    long = AgentConfig(sampling=SamplingParams(max_new_tokens=8192), max_total_tokens=16384)
+    traj = await run_episode(product, env, engine, long)  # room for 5,000 digits
     assert env.calls == {"reset": 1, "reject": 1, "step": 1, "close": 1}
     first = traj.turns[2]
     assert first.failure == "malformed_action" and first.components == {"well_formed": 0.0}

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from honing.envs.base import MalformedAction, Observation, ToolResult
+from honing.envs.base import Action, MalformedAction, Observation, ToolResult
 from honing.envs.math import TOOLS
 from honing.errors import ConfigError
 from honing.rollout.chat import CALL_FORMAT, ChatFormat, observation_messages, parse_action
@@ -113,6 +113,35 @@ def test_parse_action(text: str, calls: list[tuple[str, dict[str, Any]]], conten
 def test_parse_action_says_what_is_malformed(text: str, message: str) -> None:
     with pytest.raises(MalformedAction, match=message):
         parse_action(text)
+
+
+HUGE = "9" * 5000  # json.loads raises a plain ValueError past Python's 4,300-digit limit
+DEEP = "[" * 5000 + "]" * 5000  # and RecursionError past its recursion limit
+DIGITS = "Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (f'<tool_call>{{"name": "answer", "arguments": {{"value": {HUGE}}}}}</tool_call>',
+         f"tool call 1: not valid JSON ({DIGITS}): "),
+        (f'<tool_call>{{"name": "answer", "arguments": "{{\\"value\\": {HUGE}}}"}}</tool_call>',
+         f"tool call 1 (answer): arguments are not JSON: {DIGITS}"),
+        (f'{{"name": "answer", "arguments": {{"value": {HUGE}}}}}',  # a bare call
+         f"tool call 1: not valid JSON ({DIGITS}): "),
+        (f'<tool_call>{{"name": "answer", "arguments": {{"value": {DEEP}}}}}</tool_call>',
+         "tool call 1: not valid JSON (nested too deep (maximum recursion depth exceeded"),
+    ],
+)  # fmt: skip
+def test_json_past_pythons_limits_is_a_malformed_action(text: str, message: str) -> None:
+    with pytest.raises(MalformedAction) as caught:
+        parse_action(text)
+    assert str(caught.value).startswith(message)
+
+
+def test_json_past_pythons_limits_not_meant_as_a_call_is_text() -> None:
+    text = f'{{"name": "n", "value": {HUGE}}}'  # no "arguments", like '{"answer": 391}' above
+    assert parse_action(text) == Action(content=text)
 
 
 # -- SmolLM2's template -------------------------------------------------------------------------

@@ -38,7 +38,7 @@ class UpdatePoint:
     phase: str
     episodes: int
     success_rate: float | None  # infra failures left out; None when nothing could be judged
-    reward_mean: float
+    reward_mean: float | None  # the same
     infra_errors: int
     rollout_s: float
     update_s: float
@@ -353,7 +353,7 @@ def _update(record: dict[str, Any]) -> UpdatePoint:
         phase=str(record.get("phase") or ""),
         episodes=int(record.get("episodes") or 0),
         success_rate=_float(record.get("success_rate")),
-        reward_mean=_float(record.get("reward_mean")) or 0.0,
+        reward_mean=_float(record.get("reward_mean")),
         infra_errors=int(record.get("infra_errors") or 0),
         rollout_s=_float(record.get("rollout_s")) or 0.0,
         update_s=_float(record.get("update_s")) or 0.0,

@@ -264,7 +264,8 @@ def progress_section(data: RunData) -> str:
     reward = line_chart(
         "chart-reward",
         "Mean reward per update",
-        "The weighted sum of the reward components, averaged over the update's episodes.",
+        "The weighted sum of the reward components, averaged over the update's episodes "
+        "(infra failures left out, as above).",
         [Series("mean reward", [(u.step, u.reward_mean) for u in updates], PALETTE[0])],
     )
     charts = [success.html(), reward.html()]
