@@ -7,20 +7,11 @@ preloaded so a comparison costs milliseconds, not a sympy import).
 
     verdict = await math_equal(pool, "391", "17*23 = 391")  # Verdict(equal=True)
 
-An answer is one value (two different \\boxed{} values are two answers), not a formula to
-evaluate: when the expected answer is a number, the given one must state a number too (its last
-\\boxed{...}, or what follows its last "="), so `483*446`, `483 \\times 446` or `215000 + 418`
-never earn the answer to "Multiply 483 by 446"; a fraction is a value only where a fraction (or
-a decimal) is expected. An expected expression (`(x+1)^2`) is compared symbolically, as
-math-verify does. The gate is regular expressions on the host: no parser sees model text
-outside the sandbox. Two integers (the gate's digit strings) are compared on the host, digit
-by digit, as math-verify would conclude, without a sandbox run.
-
-Verdicts (`Verdict`): equal or not; *rejected* when the checker failed on the given answer (it
-raised, spent its CPU budget of `BUDGET_S` per answer, its memory, or crashed): a wrong answer,
-the reason kept; a *problem* and no verdict when the checker could not run or finish for a
-reason that is not the answer (`honing.tasks.checkrun`), or the task's own answer breaks it.
-math-verify's own wall-clock timeouts are off: a loaded host must not turn a right answer wrong.
+An answer is one value, not a formula to evaluate: a value gate (regular expressions on the host)
+takes the number stated where a number is expected; an expected expression is compared
+symbolically. Verdicts: equal or not; *rejected* (a wrong answer, the reason kept) when the
+checker failed on the given answer; a *problem* and no verdict when it could not run. The rules
+are in docs/envs.md ("Verdicts", "The math judge against math-verify", "The modules in detail").
 """
 
 from __future__ import annotations
@@ -61,7 +52,8 @@ def over_budget(signum, frame):
 signal.signal(signal.SIGPROF, over_budget)
 
 def read(text):
-    wrapped = text if ("$" in text or "\\\\boxed" in text) else "$" + text + "$"
+    delimited = any(mark in text for mark in ("$", "\\\\boxed", "\\\\(", "\\\\["))
+    wrapped = text if delimited else "$" + text + "$"
     try:
         found = parse(wrapped, parsing_timeout=None, raise_on_error=True)
     except Exception:
@@ -137,9 +129,9 @@ class Verdict:
 
 NumberKind = Literal["integer", "decimal", "fraction"]
 _BOXED = re.compile(r"\\boxed\{((?:[^{}]|\{[^{}]*\})*)\}")
-_UNWRAP = [  # LaTeX that does not change the value: text wrappers, spaces, sizing
+_UNWRAP = [  # LaTeX that does not change the value: text wrappers, math delimiters, spaces…
     (re.compile(r"\\(?:text|mathrm|textbf|mathbf)\{([^{}]*)\}"), r"\1"),
-    (re.compile(r"\\[,;:! ]|~|\{,\}|\\left|\\right|\\displaystyle|\$"), ""),
+    (re.compile(r"\\[,;:! ]|~|\{,\}|\\left|\\right|\\displaystyle|\$|\\[()[\]]"), ""),
     (re.compile(r"\\[dt]frac"), r"\\frac"),
 ]
 _DIGITS = r"(?:\d{1,3}(?:,\d{3})+|\d+)"  # 215418 or 215,418
