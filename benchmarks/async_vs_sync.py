@@ -39,11 +39,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 
 from honing.envs.base import Action, Observation, StepInfo, StepResult, ToolResult
+from honing.records import Ending, Trajectory
 from honing.rollout.agent import AgentConfig, Gate, run_episode
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.scripted import LatencyModel, ScriptedEngine
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
-from honing.store.records import Ending, Trajectory
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import MathTask
 

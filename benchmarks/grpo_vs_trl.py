@@ -64,10 +64,10 @@ from typing import Any
 
 import torch
 
+from honing.records import Group, Trajectory
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.hf import HFEngine
 from honing.rollout.models import load_model, load_tokenizer, resolve_model
-from honing.store.records import Group, Trajectory
 from honing.trainer import Learner, LearnerConfig, LoraSettings, sync_weights
 
 GROUP = 8

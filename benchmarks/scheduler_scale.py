@@ -36,11 +36,11 @@ import resource
 import time
 from contextlib import AbstractAsyncContextManager
 
+from honing.records import Trajectory
 from honing.rollout.agent import Gate
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.scheduler import EpisodeRunner, Scheduler, SchedulerConfig
-from honing.store.records import Trajectory
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import MathTask
 

@@ -1,24 +1,18 @@
 """The `honing` command line: the only module that wires layers together for a user command.
 
-    honing sandbox exec FILE                 run one Python program isolated, print its result
-    honing sandbox humaneval                 run HumanEval's reference solutions through the pool
-    honing sandbox runtime build NAME -r F   build a named runtime (interpreter + pip packages)
-    honing sandbox runtime list              list built runtimes
-    honing eval --tasks SPEC --policy NAME   evaluate a policy: single step, trajectory, end to end
-                                             (NAME: reference, noop, model:PATH, openai:URL)
+    honing sandbox exec FILE | humaneval | runtime build NAME -r F | runtime list
+    honing eval --tasks SPEC --policy NAME   reference, noop, model:PATH or openai:URL
     honing rollout --tasks SPEC --model M --out DIR   generate trajectories into a store
-    honing store query RUN "SQL"             query a run's trajectories with DuckDB
-    honing store describe RUN                the views and columns a query can use
-    honing store rescore RUN [--tasks SPEC]  replay stored actions through today's verifiers
+    honing store query RUN "SQL" | describe RUN | rescore RUN [--tasks SPEC]
     honing check-template MODEL              is the model's chat template safe for multi-turn RL?
-    honing train CONFIG.yaml [key=value ...]  the closed loop: rollouts, updates, held-out evals
-    honing train --resume RUN_DIR            continue a run from its latest checkpoint
+    honing train CONFIG.yaml [key=value ...] | --resume RUN_DIR    the closed loop
     honing sft CONFIG.yaml [key=value ...]   supervised warm start on chat JSONL (assistant tokens)
     honing report RUN_DIR [--out FILE]       a run as one self-contained HTML page
     honing export RUN_DIR --out DIR          the trained model as a Hugging Face directory + card
     honing serve DIR [--port P]              an OpenAI-compatible server over a model directory
 
 Machine-readable output goes to stdout; human-readable progress and errors go to stderr (rich).
+docs/training.md ("The command line") has every command on a line of its own.
 """
 
 from __future__ import annotations
@@ -920,8 +914,9 @@ def train_command(
     held-out evaluation and checkpoints (see examples/quickstart.yaml). The last line compares
     held-out success before and after."""
     from honing.config import load_yaml_model
-    from honing.trainer.loop import CONFIG_FILE, train
-    from honing.trainer.run_config import TrainConfig
+    from honing.trainer.loop import train
+    from honing.trainer.run_config import TrainConfig, load_saved
+    from honing.trainer.run_dir import CONFIG_FILE
 
     _log_to_stderr()
     items = list(overrides or [])
@@ -935,7 +930,7 @@ def train_command(
                 raise ConfigError(f"{resume}: not a run directory (no {CONFIG_FILE}) to resume")
             if items:
                 err.print(f"resume: applying {items} over {path}", highlight=False)
-            cfg = load_yaml_model(path, TrainConfig, items)
+            cfg = load_saved(path, items)
             if cfg.out != resume:
                 cfg = cfg.model_copy(update={"out": resume})
         else:
@@ -990,7 +985,7 @@ def report_command(
     """One self-contained HTML page of a run (no network needed to view it): reward and success
     over time per domain, held-out evaluations, failure reasons, where the time went, staleness,
     the slowest and most failing tasks, and sample episodes with their tool calls."""
-    from honing.observe.report import build_report
+    from honing.report import build_report
 
     try:
         path = build_report(run_dir, out)

@@ -101,6 +101,16 @@ def load_yaml_model(
     """Load `path` as `model`; errors name the file, the key path and what is allowed.
     `overrides`: `key.sub=value` strings (see `parse_overrides`) or an already nested mapping,
     merged over the file's values."""
+    data = read_yaml_mapping(path)
+    if overrides is not None and not isinstance(overrides, dict):
+        overrides = parse_overrides(overrides)
+    merge(data, overrides or {})
+    return validate_model(model, data, source=str(path))
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """The YAML mapping in `path`, unvalidated; a ConfigError names the file when it cannot be
+    read, is not YAML, or is not a mapping."""
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except OSError as exc:
@@ -109,10 +119,7 @@ def load_yaml_model(
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
-    if overrides is not None and not isinstance(overrides, dict):
-        overrides = parse_overrides(overrides)
-    merge(data, overrides or {})
-    return validate_model(model, data, source=str(path))
+    return data
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, object]:

@@ -16,9 +16,7 @@
     └── EventLogError                a run's event log has a corrupt line (the message names it)
 
 `SandboxError`, `EngineError` and `WorkerLost` are *infrastructure* failures: the scheduler may
-retry them, and they are never turned into a reward. A program that fails inside the sandbox is
-not an exception: it is an `ExecResult` whose status says what happened. Exceptions are for
-failures of honing's own machinery.
+retry them, never a reward. A program that fails in the sandbox is an `ExecResult`, not an error.
 """
 
 from __future__ import annotations

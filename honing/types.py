@@ -1,8 +1,9 @@
 """Shared records that cross layer boundaries.
 
-Only plain, typed records live here (no behaviour beyond small derived properties). Covered so far:
-the sandbox contract — `ExecRequest` in, `ExecResult` out, `ExecStatus` for what happened. Later
-layers add `Task`, `Observation`, `Trajectory`… next to them.
+Only plain, typed records live here (no behaviour beyond small derived properties): the sandbox
+contract — `ExecRequest` in, `ExecResult` out, `ExecStatus` for what happened. The other records
+that cross layers live beside it at the bottom: episodes in `honing.records`, tasks in
+`honing.tasks.schema`, actions and observations in `honing.envs.base`.
 """
 
 from __future__ import annotations

@@ -5,21 +5,9 @@
     result = await env.step(Action(...))        # StepResult: observation, reward, done, info
     token = await env.checkpoint(); ...; await env.rollback(token)
 
-* **Actions** are assistant messages in OpenAI's function-calling shape: text plus tool calls
-  whose arguments are a JSON object (`Action.from_openai` parses one and says exactly what is
-  malformed).
-* **Rewards** are named components — an outcome reward and process rewards — each weighted by
-  `EnvConfig.reward_weights` and each reported; `StepResult.reward` is their weighted sum.
-* **Failures** carry one `FailureReason`. `infrastructure` failures (the sandbox or honing broke,
-  or a checker could not run) are flagged in `StepInfo.infrastructure` and never folded into a
-  reward of 0: whoever consumes the step decides to retry or drop it. A checker that fails *on
-  the model's answer* (raises on it, or spends its limits on it) is `checker_rejected`: a wrong
-  answer, outcome 0, with the checker's reason in `StepInfo.detail` (docs/envs.md, "Verdicts").
-* **Task state** (seed §4.1): each environment keeps a `TaskState` — goal, constraints, a summary
-  of the actions so far, the latest errors, candidate next steps — and renders it into a compact
-  observation, so long episodes do not drown in logs; raw tool output stays in `StepInfo`.
-* **Limits**: max steps, a per-step timeout and an episode timeout, from `EnvConfig`.
-
+Covered: actions in OpenAI's function-calling shape, named reward components, failures from one
+taxonomy (`FailureReason`; infrastructure failures flagged, never a reward of 0), the compact
+task state an observation renders, and the limits (docs/envs.md, "The contract").
 Not covered here: the domains (one file each beside this one) and how a model's text becomes an
 `Action` (the agent loop of the rollout layer).
 """
@@ -126,7 +114,7 @@ class Action(_Record):
 
 
 class TaskState(BaseModel):
-    """What an episode is about and where it stands, kept compact (seed §4.1)."""
+    """What an episode is about and where it stands, kept compact."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -408,7 +396,7 @@ class Environment(abc.ABC):
         return token
 
     async def rollback(self, token: str) -> None:
-        """Return to the episode as it was when `token` was taken (seed §4.3)."""
+        """Return to the episode as it was when `token` was taken."""
         saved = self._checkpoints.get(token)
         if saved is None:
             raise HoningError(f"no checkpoint {token!r} in this episode")

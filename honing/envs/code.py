@@ -1,24 +1,11 @@
 """The code domain: write or fix a Python function until its tests pass, in a sandbox workspace.
 
-Tools: `write_file(path, content)`, `read_file(path)`, `run_tests()`, `run_python(code)` and
-`rollback()`, which returns the workspace to its best state so far (most tests passed). The
-solution lives in `solution.py`, seeded with the task's prompt, or, for a repair task (its `files`
-hold solution.py), with the code to fix; the task's files are written at reset. A reply with no
-tool call but a ```python block is taken as "write this to solution.py and run the tests". A
-failed test shows its statement and error, and for `assert X == Y` what X was (`got ...`).
-
-Reward components (unweighted; `EnvConfig.reward_weights` decides what counts):
-    outcome        1 when every test passes, on the step that runs them, else 0
-    compiles       1 when solution.py parses, on steps that run the tests
-    tests_passed   the share of tests that pass (top-level statements of `tests`; a task whose
-                   tests define `check()` counts as one test)
-    well_formed    1 when every tool call of the step was well-formed and known, else 0
-
-The tests are judged by `honing.tasks.codecheck`: they run in a judge process that the solution,
-run in a process of its own and reached only through plain data, cannot reach, on a copy of
-the workspace's Python files beside the task's files as shipped. Tampering the judge detects
-(the solution exiting early, replacing builtins, returning an object equal to anything, printing
-a forged verdict...) is failure `tampering`, outcome 0 (docs/envs.md, "Reward hacking").
+Covered: the tools (`write_file`, `read_file`, `run_tests`, `run_python`, `rollback` to the best
+state so far), `solution.py` seeded with the prompt or the code to fix, a reply with a ```python
+block read as "write and test this", the reward components (outcome, compiles, tests_passed,
+well_formed), and judging by `honing.tasks.codecheck`, whose detected tampering is failure
+`tampering`, outcome 0 (docs/envs.md, "Domains", "Reward hacking"). Not covered: the judge
+itself (`honing.tasks.codecheck`, `honing.tasks.codejudge`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """The math domain: a final-answer problem, with a calculator the model may use.
 
-Tools: `calculator(expression)` evaluates arithmetic exactly (integers and fractions stay exact;
-`sqrt`, `log`, `sin`… and `pi`, `e` are there) in the sandbox, so `9**9**9` costs the program its
-limits, not the host; `answer(value)` submits the final answer and ends the episode. A reply
-without a tool call that states `\\boxed{...}` or a last line `Answer: ...` is taken as the answer.
-
-Reward components (unweighted):
-    outcome      1 when the answer states a value equal to the task's answer (math-verify, in
-                 the sandbox; a formula such as 483*446 is not a value: honing.tasks.mathcheck);
-                 0 too when the checker fails on the answer (failure `checker_rejected`, its
-                 reason in the detail); none when the checker cannot run (`verifier_crash`,
-                 `sandbox_error`: infrastructure)
-    tool_ok      1 when every calculator call of the step evaluated, else 0
-    well_formed  1 when every tool call of the step was well-formed and known, else 0
+Covered: `calculator(expression)` (exact arithmetic, run in the sandbox so that `9**9**9` costs
+the program its limits, not the host), `answer(value)`, a reply stating a boxed value or an
+`Answer:` line read as the answer, and the reward components outcome (math-verify, in the
+sandbox), tool_ok and well_formed (docs/envs.md, "Domains", "Verdicts"). Not covered: the
+checker itself (`honing.tasks.mathcheck`).
 """
 
 from __future__ import annotations

@@ -1,34 +1,12 @@
 """The sql domain: answer a question about tables (ledgers, invoices, statements) with DuckDB.
 
-Tools: `list_tables()` (names, columns with their types, row counts), `query(sql)` (a compact
-table of at most 20 rows and the row count; tables and views it creates last for the episode)
-and `answer(text)`, which submits the final answer and ends the episode. A reply without a tool
-call is taken as `answer` when it has an `Answer:` line, and as `query` when it has a ```sql
-block.
-
-The workspace holds the task's tables as files (`tables/NAME.csv` or `.parquet`) and the
-episode's DuckDB database (`work.duckdb`), which the first tool call loads from them;
-`checkpoint`/`rollback` snapshot and restore both, besides the task state. The answer is judged by
-the task's rules (`honing.tasks.sqlcheck`), whose queries run on a fresh copy of the tables: what
-the model did to its database does not count.
-
-Reward components (unweighted; `EnvConfig.reward_weights` decides what counts):
-    outcome        1 when the answer passes every rule, on the answer step, else 0 (failure
-                   `checker_rejected` when the answer's SQL made the judge's run fail at its
-                   limits; `verifier_crash`/`sandbox_error`, no outcome, when the judge could
-                   not run: honing.tasks.sqlcheck, "Verdicts")
-    rules_passed   the share of the task's rules the answer passes, on the answer step
-    query_ok       the share of the step's queries that ran without error
-    well_formed    1 when every tool call of the step was well-formed and known, else 0
-
-The sandbox. Queries need DuckDB in the cells, which a plain pool lacks. The env takes the same
-pool as every other domain and runs in `duckdb_pool(pool)`: the pool itself when its cells preload
-duckdb, else its sibling with the `honing-sql` runtime (DuckDB as installed beside honing, built
-offline on first use), which the pool starts once, shares between envs and closes with itself.
-The alternatives are worse: a pool per env multiplies warm cells by the number of envs and
-outlives them unless every caller closes each env, and requiring callers to build a DuckDB pool
-puts a sql detail into every caller that mixes domains. The env's workspace lives in that DuckDB
-pool; `close` drops it.
+Covered: the tools (`list_tables`, `query`, `answer`, and a reply without a call read as one of
+them), the workspace (the task's tables and the episode's DuckDB database, snapshotted by
+`checkpoint`/`rollback`), the reward components (outcome, rules_passed, query_ok, well_formed)
+and the DuckDB sibling of the shared pool (`duckdb_pool`) the queries run in; docs/envs.md
+("Domains", "Verdicts") has the details. The answer is judged by the task's rules
+(`honing.tasks.sqlcheck`) on a fresh copy of the tables: what the model did to its database does
+not count. Not covered: the judge itself (`honing.tasks.sqlcheck`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """The tools domain: call the right tools with the right arguments, within constraints.
 
-Two kinds of task (see `honing.tasks.schema.ToolsTask`):
-
-* **function calling** (`answer` unset, e.g. BFCL): the task's functions are offered as tools and
-  the first reply is judged: its calls against `expected_calls` (`honing.tasks.toolcalls`), or —
-  when no call is expected — the absence of any call. The episode ends there.
-* **executable tools** (`answer` set): the tools the task declares really run — `calculator`
-  (exact arithmetic, in the sandbox), `convert_units`, `lookup` (the task's `facts`), `calendar`
-  — and `answer(value)` ends the episode. A call budget (`max_calls`) and forbidden tools are
-  constraints: a call past the budget or to a forbidden tool is refused and breaks them.
-
-Reward components (unweighted):
-    outcome      1 for the right calls (function calling) or the right final answer, else 0 (a
-                 judge that raises on the model's calls or answer: failure `checker_rejected`,
-                 its exception in the detail; the judges run on the host, so none is
-                 infrastructure)
-    constraints  1 while every call so far respected the budget and the forbidden tools, else 0
-    well_formed  1 when every call of the step was well-formed and known, else 0
+Covered: function-calling tasks (`answer` unset, e.g. BFCL: the first reply's calls are judged
+against `expected_calls`, and the episode ends there) and executable-tool tasks (`answer` set:
+`calculator`, `convert_units`, `lookup`, `calendar` really run, within a call budget and without
+forbidden tools, until `answer`); the reward components are outcome, constraints and
+well_formed (docs/envs.md, "Domains"). Not covered: the call matcher
+(`honing.tasks.toolcalls`) and the task schema (`honing.tasks.schema.ToolsTask`).
 """
 
 from __future__ import annotations

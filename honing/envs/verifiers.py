@@ -2,17 +2,12 @@
 
     verifier_version("math")   # 'math:3f9c0a1b7d2e (math-verify 0.9.0, python 3.11.7)'
 
-A domain's verifier is what turns a model's actions into reward components, found from the
-domain's environment class (`registry.ENVIRONMENTS`): its module and the `honing.envs` /
-`honing.tasks` modules it imports at top level, transitively (the contract, the judges, the task
-schema); the programs they run in the sandbox from a sibling file (a `"name.py"` they mention that
-lies beside them); the distributions those judges declare (`DISTRIBUTIONS`), with what those
-require; and the Python version. The version is a digest of all of it, so fixing a judge or
-upgrading its package gives a new version, and an edit elsewhere does not; the name shows the
-declared distributions.
-
-Not covered: the task data (a task's answer is versioned with its task set), the sandbox's limits
-(recorded with the run), and code a judge imports lazily inside a function.
+A digest of everything that scores the domain, found from its environment class: the code (not
+the docstrings, comments or layout) of its module and of the `honing.envs` / `honing.tasks`
+modules it imports, the programs they run in the sandbox, the distributions the judges declare,
+and the Python version (docs/rollout.md, "Re-scoring without regeneration"). Not covered: the
+task data (a task's answer is versioned with its task set), the sandbox's limits (recorded with
+the run), and code a judge imports lazily inside a function.
 """
 
 from __future__ import annotations
@@ -54,11 +49,32 @@ def version_of(name: str, module: str, scope: Sequence[str] = SCOPE) -> str:
     packages.append(f"python {platform.python_version()}")
     digest = hashlib.sha256()
     for label, path in sorted((label, path) for path, label in _labels(files).items()):
-        digest.update(label.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(label.encode() + b"\0" + _code(path) + b"\0")
     for dist in sorted(_requirements(declared)):
         digest.update(f"{dist} {_installed(dist)}\0".encode())
     digest.update(platform.python_version().encode())
     return f"{name}:{digest.hexdigest()[:12]} ({', '.join(packages)})"
+
+
+def _code(path: Path) -> bytes:
+    """What a source file computes: its syntax tree without docstrings, comments or layout, so
+    that rewording a docstring does not make a new verifier version."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except SyntaxError:
+        return path.read_bytes()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree).encode()
 
 
 def judge_files(module: str, scope: Sequence[str] = SCOPE) -> dict[Path, str | None]:

@@ -1,4 +1,4 @@
-"""Evaluation in seed §7's three tiers: single step, trajectory, end to end (with pass@k).
+"""Evaluation in three tiers: single step, trajectory, end to end (with pass@k).
 
     policies   the `Policy` protocol; scripted `reference` and `noop` policies
     metrics    the recorded `Step`/`Episode` and pure functions computing each tier

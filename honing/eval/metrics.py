@@ -9,32 +9,9 @@
     end_to_end(episodes, ks)      tier 3: success rate and pass@k, infrastructure failures apart
     tiers(episodes, ks)           all three; `by_domain` / `by_tag` group episodes first
 
-Definitions (seed §7), all from recorded `StepResult`s, whatever the domain:
-
-* An episode **succeeds** when some step has the outcome component at 1.
-* An episode is **infrastructure-failed** when it did not succeed and a step of it failed for an
-  infrastructure reason (`StepInfo.infrastructure`) or the sandbox raised: its failure says
-  nothing about the policy, so it is counted apart and left out of success rates, pass@k and the
-  trajectory tier. A success stands even if the infrastructure failed on an earlier step. A
-  checker that failed on the model's answer (`checker_rejected`) is not infrastructure: the
-  episode is judged, and failed.
-* A step is **well-formed** unless it failed as a malformed action or an unknown tool, or its
-  `well_formed` component is 0 (a later call of the step may be the malformed one while the
-  failure names the first).
-* A step is **useful** when the episode succeeds on it, or a progress component — any but the
-  format component `well_formed`, which every valid call earns — rises above its last recorded
-  value in the episode (0 before it first appears).
-* A **repeated-failure loop** is a run of at least two consecutive steps failing with the same
-  reason and the same detail: the policy keeps doing what already failed.
-* An episode has an **error** when a step failed for a reason of the action's own (not the
-  infrastructure, not the step or time limit); it **recovers** when it succeeds after one.
-* **Rollback use** is a call of the `rollback` tool.
-
-Steps that failed for an infrastructure reason are left out of the single-step tier (nothing
-about the action can be read from them) and counted there as `infra_steps`.
-
-Not covered: judging an action against a reference action (a later, model-graded tier), and
-statistics across runs (confidence intervals, comparisons of policies).
+Everything comes from recorded `StepResult`s, whatever the domain; docs/envs.md ("Evaluation")
+defines success, infrastructure failure, well-formed and useful steps, loops and recovery. Not
+covered: judging an action against a reference action, and statistics across runs.
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ from honing.envs.base import Action, EnvConfig, Observation, StepResult
 from honing.errors import ConfigError
 from honing.eval.metrics import Episode, Step
 from honing.eval.runner import EvalReport, check_domains, report
+from honing.records import Ending, Trajectory
 from honing.rollout.agent import AgentConfig, InfraFailure, run_episode
 from honing.rollout.engines.base import Engine
 from honing.sandbox import SandboxPool
-from honing.store.records import Ending, Trajectory
 from honing.tasks.load import AnyTask, TaskSet
 
 

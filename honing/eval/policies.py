@@ -5,18 +5,11 @@
         async def act(self, context: Context) -> Action | None: ...
 
 A policy is called once per step with the episode so far (`Context`) and answers the next
-`Action`, or None to stop acting — an episode the policy stops before it is over ends there, as a
-failure. Policies are shared by concurrent episodes, so everything an episode needs is in its
-context, never in the policy.
-
-Built in (for testing the evaluation and the environments, not for measuring a model):
-
-    reference   plays `env.reference_actions(task)` in order, through the normal action path,
-                then stops
-    noop        answers a message with no tool call and nothing useful, every step
-
-Not covered here: model policies (an engine generating the action), which implement the same
-protocol.
+`Action`, or None to stop acting (an episode stopped before it is over is a failure). Policies
+are shared by concurrent episodes, so an episode's state is in its context, never the policy.
+Built in, for testing the evaluation and the environments: `reference` plays
+`env.reference_actions(task)` in order, then stops; `noop` answers with no tool call.
+Not covered here: model policies (an engine generating the action), same protocol.
 """
 
 from __future__ import annotations

@@ -4,14 +4,10 @@
         report = await evaluate(load_tasks("humaneval"), make_policy("reference"), pool, k=1)
     report.end_to_end.success_rate, report.to_json_dict()
 
-Every episode gets its own environment from the registry (`make_env(task.domain, pool, config)`),
-all on the one shared pool; at most `concurrency` episodes run at once. Every step is recorded
-(`Episode`), and the report is computed from the records alone (`honing.eval.metrics`).
-
-A sandbox exception inside an episode ends that episode as an infrastructure failure; any other
-exception (a task without a reference for the `reference` policy, a bug) stops the evaluation.
-A domain with no registered environment is refused before anything runs.
-
+Every episode gets its own environment from the registry, all on the one shared pool, at most
+`concurrency` at once; every step is recorded and the report is computed from the records alone.
+A sandbox exception ends its episode as an infrastructure failure; any other exception stops the
+evaluation; a domain with no registered environment is refused before anything runs.
 Not covered: storing the episodes (the trajectory store's job) and retrying infrastructure
 failures (the scheduler's); both consume the same records.
 """

@@ -3,22 +3,12 @@
     summary = summarize(run_dir)          # or summarize(trajectories)
     print(format_summary(summary))
 
-Definitions (the same as the evaluation's end-to-end tier, `honing.eval.metrics`):
-
-* A trajectory is **infrastructure-failed** when it ended with `Ending.INFRA_ERROR` (its retries
-  ran out): counted apart (`infra failures N` beside every success rate), and left out of
-  success rates, mean rewards and pass@k.
-* **success rate** = successful / judged trajectories (judged: not infrastructure-failed);
-  **mean reward** is over judged trajectories too.
-* **pass@k** (unbiased, Chen et al. 2021) per task over its judged samples, averaged over the
-  tasks with at least k of them; reported for k in `pass_at_k_values(n)` where n is the most
-  samples any task has, and only when some task has more than one.
-* Endings and failure reasons are counted over all trajectories; mean times (generation, env,
-  slot queueing, total) are per trajectory over all of them, since failed ones spent time too.
-
-From a run directory only the scalar columns are read (not turns or tokens), so summarizing a
-large store is cheap. Not covered here: the evaluation tiers that need each step's records
-(well-formed and useful steps, failure loops), which `honing eval` computes.
+The definitions are the evaluation's end-to-end tier (`honing.eval.metrics`): infrastructure
+failures counted apart and left out of success rates, mean rewards and pass@k; endings,
+failures and mean times over all trajectories (docs/envs.md, "Evaluation"). From a run
+directory only the scalar columns are read, so summarizing a large store is cheap. Not covered
+here: the tiers that need each step's records (well-formed and useful steps, failure loops),
+which `honing eval` computes.
 """
 
 from __future__ import annotations
@@ -29,9 +19,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from honing.eval.metrics import pass_at_k, pass_at_k_values
+from honing.records import Ending, Trajectory
 from honing.store.files import complete_shards
 from honing.store.query import read_shard
-from honing.store.records import Ending, Trajectory
 
 
 @dataclass(frozen=True)

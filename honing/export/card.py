@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from honing.trainer.gains import BEFORE, WARM_START, EvalPoint, account
+from honing.trainer.gains import account
+from honing.trainer.run_dir import BEFORE, WARM_START, EvalPoint
 
 if TYPE_CHECKING:
     from honing.export.model import ExportDtype, TrainedRun

@@ -3,35 +3,13 @@
     result = export_run(Path("runs/quickstart"), Path("exports/quickstart"), merge_lora=True)
     model = AutoModelForCausalLM.from_pretrained("exports/quickstart")    # unchanged loaders
 
-What a run trained, found from its directory: `config.yaml` (the run's TrainConfig), the checkpoint
-(the latest, or `step=N`) whose `learner/` holds every weight (`model.safetensors`, a full
-fine-tune) or a LoRA adapter in peft's layout, and the model the learner started from — the warm
-start's `RUN/warm_start/model` when the run had one (RL then trains a fresh adapter on top of the
-SFT model, merged), else the run's `model` (a directory, or the embedded default).
-
-Layouts written into OUT:
-
-* **model** (a full fine-tune, or LoRA with `merge_lora=True`; always with `quantize`):
-  `config.json`, `model.safetensors`, `generation_config.json`, the tokenizer and its chat
-  template (`tokenizer.json`, `tokenizer_config.json`, `chat_template.jinja`), `README.md` (the
-  model card). Loads with `AutoModelForCausalLM.from_pretrained(OUT)`, vLLM, SGLang.
-* **adapter** (LoRA without `merge_lora`): OUT is a peft adapter directory —
-  `adapter_config.json`, `adapter_model.safetensors`, the tokenizer files, the card — plus the
-  exact model it is relative to in `OUT/base/` (a model layout). That base is the run's own (the
-  warm-start model, or honing's dequantised copy of the embedded default), never a hub id: the
-  adapter's deltas are only right on top of those weights. `adapter_config.json` names the
-  absolute path of `OUT/base`, so `from_pretrained(OUT)` (with peft installed) loads base and
-  adapter; after moving OUT, load `PeftModel.from_pretrained(from_pretrained(NEW/base), NEW)`.
-
-`generation_config.json` stops on the chat template's end-of-turn token and the tokenizer's eos
-(`honing.rollout.chat` finds them), and pads with the tokenizer's pad token. `dtype` casts the
-saved weights (config.json's `dtype` follows). `quantize="int8"` writes torchao int8 weight-only
-weights (honing.export.quantize), measures them against the unquantised model (size, CPU decode
-speed, held-out success) and puts the comparison in the card and in `ExportResult.comparison`.
-
-Atomic: everything is written into a hidden `.OUT.tmp-PID` next to OUT, fsynced, and renamed to
-OUT last; a crash leaves no directory under OUT's name. OUT must not exist or be empty: an export
-never overwrites.
+What a run trained is found from its directory: `config.yaml`, the checkpoint (the latest, or
+`step=N`) and the model the learner started from (the warm start's, else the run's `model`).
+OUT is a **model** layout (a full fine-tune, or LoRA with `merge_lora=True`; always with
+`quantize`) or an **adapter** layout (a peft adapter plus its exact base in `OUT/base/`), with a
+model card; `quantize="int8"` goes through honing.export.quantize. Atomic (written in a hidden
+temporary directory renamed to OUT last), and an export never overwrites. docs/export.md has the
+layouts, the options and the errors.
 
 Not covered: sharding beyond transformers' default shard size, GGUF, pushing to a hub, exporting
 a model that no run trained (a base model directory is already a transformers directory).
@@ -52,11 +30,8 @@ import torch
 
 from honing.errors import CheckpointError, ConfigError, ExportError
 from honing.store.files import fsync_tree, pid_alive
-from honing.trainer.checkpoint import latest_checkpoint
-from honing.trainer.gains import EvalPoint
-from honing.trainer.loop import CONFIG_FILE, EVALS_FILE, load_run_config
 from honing.trainer.run_config import TrainConfig
-from honing.trainer.warm import DONE_FILE, WARM_DIR
+from honing.trainer.run_dir import CONFIG_FILE, DONE_FILE, WARM_DIR, EvalPoint, RunDir
 
 if TYPE_CHECKING:
     from honing.export.quantize import Comparison
@@ -152,9 +127,10 @@ def find_run(run_dir: Path, step: int | None = None) -> TrainedRun:
             f"{run_dir} is not a run directory (no {CONFIG_FILE}): give the directory `honing "
             "train` wrote, its out="
         )
-    config = load_run_config(run_dir)
-    base, warm = _base_model(run_dir, config)
-    checkpoint = _checkpoint(run_dir, step, base)
+    run = RunDir(run_dir)
+    config = run.config()
+    base, warm = _base_model(run, config)
+    checkpoint = _checkpoint(run, step, base)
     manifest_path = checkpoint / "learner" / "learner.json"
     try:
         manifest = json.loads(manifest_path.read_text())
@@ -175,21 +151,21 @@ def find_run(run_dir: Path, step: int | None = None) -> TrainedRun:
         kind=kind,
         base=base,
         warm_started=warm,
-        evals=tuple(read_evals(run_dir)),
+        evals=tuple(_evals(run)),
     )
 
 
-def _base_model(run_dir: Path, config: TrainConfig) -> tuple[Path, bool]:
+def _base_model(run: RunDir, config: TrainConfig) -> tuple[Path, bool]:
     """The model the RL learner started from (`honing.trainer.loop.train`): the warm start's
     merged SFT model when the run had one, else the run's `model`."""
+    run_dir = run.path
     if config.warm_start is not None:
-        warm = run_dir / WARM_DIR
-        model = warm / "model"
-        if not (warm / DONE_FILE).is_file() or not (model / "config.json").is_file():
+        model = run.warm_model()
+        if model is None or not (model / "config.json").is_file():
             raise ExportError(
-                f"{run_dir}: the warm start did not finish ({warm / DONE_FILE} or {model} is "
-                "missing), so the run has no trained model yet: continue it with `honing train "
-                f"--resume {run_dir}`"
+                f"{run_dir}: the warm start did not finish ({run / WARM_DIR / DONE_FILE} or its "
+                "model is missing), so the run has no trained model yet: continue it with "
+                f"`honing train --resume {run_dir}`"
             )
         return model, True
     from honing.rollout.models import resolve_model
@@ -203,9 +179,10 @@ def _base_model(run_dir: Path, config: TrainConfig) -> tuple[Path, bool]:
         ) from e
 
 
-def _checkpoint(run_dir: Path, step: int | None, base: Path) -> Path:
+def _checkpoint(run: RunDir, step: int | None, base: Path) -> Path:
+    run_dir = run.path
     if step is None:
-        found = latest_checkpoint(run_dir)
+        found = run.latest_checkpoint()
         if found is None:
             raise ExportError(
                 f"{run_dir}: the run has no checkpoint: train at least one update (a checkpoint "
@@ -229,23 +206,12 @@ def _checkpoint(run_dir: Path, step: int | None, base: Path) -> Path:
     return path
 
 
-def read_evals(run_dir: Path) -> list[EvalPoint]:
-    """RUN/evals.jsonl (a torn last line from a killed run is skipped)."""
-    path = run_dir / EVALS_FILE
-    if not path.is_file():
-        return []
-    points = []
-    lines = path.read_text().splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            points.append(EvalPoint.model_validate_json(line))
-        except ValueError as e:
-            if number == len(lines):
-                continue
-            raise ExportError(f"{path}:{number} is corrupt: {e}") from e
-    return points
+def _evals(run: RunDir) -> list[EvalPoint]:
+    """The run's evals.jsonl; a damaged line is an ExportError naming it."""
+    try:
+        return run.evals()
+    except ConfigError as e:
+        raise ExportError(str(e)) from e
 
 
 # -- building the trained model ----------------------------------------------------------------
@@ -549,5 +515,4 @@ __all__ = [
     "export_run",
     "find_run",
     "load_trained",
-    "read_evals",
 ]

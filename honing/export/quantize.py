@@ -4,27 +4,12 @@
     comparison = compare(run_config, src_dir, dest_dir, dtype="fp32")
     comparison.line()   # "int8 vs fp32: 220 MB vs 538 MB (0.41x), ... held-out 56% vs 56%"
 
-The quantised directory is what transformers' `TorchAoConfig` writes (transformers 5 with torchao:
-`model.safetensors` holding the int8 data and per-row scales, and `quantization_config` in
-config.json), so `AutoModelForCausalLM.from_pretrained(DIR)` loads it back quantised, with
-torchao installed (`pip install 'honing[export]'`). Every `nn.Linear` weight is int8, one scale
-per output row; activations stay in the model's dtype. The embedding is not quantised, and with
-tied embeddings (SmolLM2) neither is the LM head that shares it.
-
-Measured for both models, with the same settings:
-* size on disk: bytes of the weight files (`*.safetensors`);
-* CPU decode speed: greedy tokens per second of `model.generate` (transformers, batch 1, a short
-  fixed chat prompt, exactly `new_tokens` new tokens; after a warm-up the two models take turns
-  for three timed runs each and each keeps its best, so load from other processes hits both
-  alike), on this machine's CPU with torch's default threads;
-* held-out success: the run's held-out sets evaluated exactly as `honing train` evaluates them
-  (the same sets with training tasks left out, temperature, seed, turns and environment limits:
-  `honing.trainer.loop.Trainer.evaluate`), through the hf engine over each directory. The int8
-  model is evaluated with its weights dequantised once (`load_dequantised`: exactly the int8
-  values times their scales, the same function up to float rounding order), so that it runs on
-  the engine's batched fast path: the engine can run the torchao model itself (its generic path,
-  one sequence at a time), but torchao's eager CPU kernel converts every weight to float at every
-  token, and a 32-task evaluation would take many minutes.
+The quantised directory is what transformers' `TorchAoConfig` writes, so
+`AutoModelForCausalLM.from_pretrained(DIR)` loads it back quantised, with torchao installed
+(`pip install 'honing[export]'`). Every `nn.Linear` weight is int8, one scale per output row; the
+embedding (and an LM head tied to it) is not quantised. Both models are measured with the same
+settings: size on disk, CPU decode speed, held-out success (the int8 model with its weights
+dequantised once, `load_dequantised`). docs/export.md has how each is measured.
 
 Not covered: int4 or activation quantisation, GPU speed, calibration data sets.
 """
@@ -238,9 +223,8 @@ async def heldout_scores(
     from honing.rollout.engines.hf import HFEngine
 
     started = time.perf_counter()
-    a = config.agent
     agent = config.agent_config(config.eval.temperature, config.seed)
-    env = config.env.model_copy(update={"max_steps": a.max_turns})
+    env = config.env_config
     if _quantised(directory):
         model, tokenizer = load_dequantised(directory, dtype)
         engine = HFEngine(

@@ -4,45 +4,12 @@
     async with running_server("exported/", port=0) as running:   # in process (tests)
         openai.OpenAI(base_url=running.base_url, api_key="x").chat.completions.create(...)
 
-**Endpoints.** `GET /v1/models`, `GET /health`, `POST /v1/chat/completions` (tools, tool_choice
-auto/none, temperature, top_p, max_tokens / max_completion_tokens, stop, seed, logprobs +
-top_logprobs, stream with `stream_options.include_usage`), `POST /v1/completions` (a prompt as
-text or token ids, `logprobs: k`), and the weight endpoints of vLLM that honing's `openai`
-engine calls: `POST /reload_weights {"path", "version"}` and `POST /v1/load_lora_adapter
-{"lora_name", "lora_path"}`. vLLM's request extensions `return_token_ids`,
-`include_stop_str_in_output` and `top_k` are understood. Every response carries
-`system_fingerprint: "honing-v<version>"`, the policy version that served it.
-
-**Batching.** Every request calls `engine.generate` for its one prompt, concurrently; the `hf`
-engine's continuous batching decodes the requests in flight together.
-
-**Streaming** is real: tokens go out as the engine samples them (`HFEngine.generate`'s
-`on_token` hook), one SSE chunk per token, then the parsed tool calls, the finish reason, the
-usage chunk when asked, and `data: [DONE]`. Text is held back while it ends in an incomplete
-UTF-8 character, and (unless `include_stop_str_in_output`) while it could be the start of a stop
-string.
-
-**Chat rendering** is the in-process agent's, token for token, and `content` keeps the model's raw
-text, tool-call markup included (`honing.export.server_chat` says why and how).
-
-**Agent settings.** A directory `honing export` wrote carries the settings the model was trained
-with (`honing_agent.json`): `/v1/models` lists them (`honing_agent`), and a chat request without
-`max_tokens` gets the trained turn length instead of the rest of the context.
-
-**Weights.** `/reload_weights` copies a directory of safetensors files (the model's parameter
-names, any subset) into the served model between two decode steps and answers once they serve;
-the version becomes the request's (default: +1). `/v1/load_lora_adapter` merges a peft adapter
-into a copy of the base weights of the modules it adapts and loads those the same way. Adapters
-are relative to the base weights (the weights of the last reload, or the directory's), never
-stacked: loading one replaces the previous one, whose modules get their base weights back. One
-adapter is active at a time; its name and the base name are both served, by the adapted weights
-(the model list shows the adapter with the base as its parent). A reload of full weights drops
-the adapter.
-
-**Errors** are OpenAI-shaped, `{"error": {"message", "type", "param", "code"}}`: 400 for a bad
-request (invalid JSON, a bad field, n > 1, a prompt too long, an adapter that does not fit),
-404 for an unknown model (the message lists the served names) or route, 500 only when the engine
-itself fails (no traceback in the body; it is logged).
+Endpoints: `GET /v1/models`, `GET /health`, `POST /v1/chat/completions`, `POST /v1/completions`,
+and the weight endpoints of vLLM that honing's `openai` engine calls (`POST /reload_weights`,
+`POST /v1/load_lora_adapter`). Every request calls `engine.generate` for its one prompt; the `hf`
+engine's continuous batching decodes the requests in flight together, and streams token by token.
+Chat rendering is `honing.export.server_chat`'s; errors are OpenAI-shaped. docs/serving.md has
+the fields, the weight and adapter semantics and the status codes.
 
 Not covered: authentication (any api key is accepted), n > 1, several adapters at once, prompt
 logprobs, embeddings, the Responses API.

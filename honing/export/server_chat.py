@@ -6,28 +6,10 @@ turned back into OpenAI messages.
     reply = renderer.reply(prompt, gen.token_ids, finish, parse_tools=True)
     reply.content, reply.tool_calls, reply.finish_reason
 
-**Same tokens as the in-process agent.** The prompt is what `honing.rollout.chat.Transcript`
-renders for the token-mode agent: when the chat template cannot render `tools=`, the system
-message gets the tool schemas and honing's call format (`describe_tools`), appended to the
-client's system message or as one of its own; a template without a system role gets it at the
-head of the first user message; an assistant message is rendered from its `content` only (its
-`tool_calls` are not given to the template); `tool` messages stay `tool` messages when the
-template knows that role, and otherwise become one user message of `Tool result (name):` blocks,
-joined with the user message that follows them (`observation_messages`). Tool call ids are
-`call_{turn}_{i}` (turn = the assistant messages before), as the agent numbers them.
-
-**Content is the model's raw text.** `content` is the completion decoded with its special tokens
-and without the final end-of-turn token — *including* the `<tool_call>...</tool_call>` markup,
-which is also returned parsed as `tool_calls` (`parse_action`: tags, or a bare JSON call). Sent
-back unchanged, a conversation re-renders to exactly the tokens the model produced. A client that
-sends an assistant message with `tool_calls` but without the markup in its content (the usual
-OpenAI client) gets the markup rendered from the calls, in honing's format.
-
-**Token-faithful continuation.** Re-encoding a rendered conversation can tokenize the model's
-own earlier output differently from how it was sampled. The renderer remembers its recent
-completions (prompt + completion ids and the text they cover); a conversation that continues one
-is encoded as those exact ids plus the newly rendered suffix, as `Transcript.add_observation`
-does. Conversations it has not produced are encoded whole.
+The prompt is what `honing.rollout.chat.Transcript` renders for the token-mode agent; `content`
+is the model's raw text, tool-call markup included, also returned parsed as `tool_calls`; a
+conversation that continues one of the renderer's recent completions is encoded as those exact
+ids plus the newly rendered suffix. docs/serving.md has the rules.
 
 Not covered: templates that re-render earlier turns (they get the full re-render, not the
 agent's fallback delta), `tool_choice` naming a function or "required".

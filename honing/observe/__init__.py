@@ -1,11 +1,11 @@
-"""Observability: the run's event log, metric sinks, live progress and the HTML report.
+"""Observability: the run's event log, metric sinks and live progress (the HTML report of a
+run is `honing.report`).
 
     events.py     EventLog (RUN_DIR/events.jsonl), `use(log)` / `emit(kind, step, **fields)`,
                   read_events, truncate_events
     metrics.py    pure functions: one update's trajectories -> scalars and histograms
     sinks.py      TensorBoard (default), MLflow (file store), W&B (offline); ObserveConfig
     progress.py   rich live progress for train (RunProgress) and eval/rollout (EpisodeProgress)
-    report/       the self-contained HTML report of a run directory (data, charts, page)
 
 A leaf package: every layer may emit events, so nothing here imports the layers above the store
 at module level. See docs/observability.md for the event kinds and metric names.

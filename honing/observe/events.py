@@ -6,17 +6,9 @@
     truncate_events(path, step=4)                     # a resume from the step-4 checkpoint
 
 A line is `{"t": <unix time>, "kind": "<kind>", "step": <int or null>, ...fields}`; the kinds and
-their fields are listed in `KINDS` and in docs/observability.md. Writing is append-only, one line
-per event, flushed as it is written and serialised by a lock (threads and the event loop may emit
-at once): a killed process loses at most its last, partial line, which readers skip. A corrupt
-line anywhere else is an error naming FILE:LINE.
-
-`use(log)` makes a log the current one for the calling context (a contextvar, so asyncio tasks
-started inside inherit it); `emit` writes to it, and does nothing when no log is current (a
-library call outside a run costs nothing).
-
-Not covered: what the events mean for a run (the trainer loop emits them; `honing.observe.report`
-reads them), metric sinks (`honing.observe.sinks`).
+their fields are in `KINDS` and docs/observability.md, with how writing survives a killed
+process and what `use` and `emit` do. Not covered: what the events mean for a run (the trainer
+loop emits them; `honing.report` reads them), metric sinks (`honing.observe.sinks`).
 """
 
 from __future__ import annotations

@@ -8,43 +8,10 @@
     outcomes(trajectories)                    # success and mean reward, infra failures apart
     episode_fields(trajectory, split="train", set="math", staleness=0)   # an `episode` event
 
-Scalar names ("/"-separated, per update step):
-
-    train/success, train/reward                      means over the update's judged episodes
-    train/infra_failures                             episodes left out of those (count); when
-                                                     it is all of them, no success or reward
-                                                     scalar is written
-    train/success/domain/<d>, train/success/tag/<t>, train/reward/domain/<d>, train/reward/tag/<t>
-    train/reward/component/<c>                       mean over the judged episodes that have <c>
-    train/unaided_answers/domain/<d>                 share of judged answers given without
-                                                     calling any tool but `answer` (math: no
-                                                     calculator call before the answer)
-    train/failures/<reason>                          episodes that ended for <reason> (count)
-    retries/<stage>                                  retried attempts by stage (count)
-    staleness/mean, staleness/max                    policy versions behind (episodes with tokens)
-    time/rollout_s, time/update_s, time/sync_s       the update's phases
-    time/generation_per_sample_s                     mean generation seconds per episode
-    time/env_step_s                                  mean seconds per environment step
-    time/tool/<tool>_s                               mean seconds per step that called <tool>
-    time/queue_wait_s                                mean wait for engine/sandbox slots per episode
-    throughput/tokens_per_s, throughput/episodes_per_s   model tokens (episodes) / rollout_s
-    learner/<stat>                                   every numeric learner stat
-    sandbox/busy_fraction                            when a pool utilisation is given
-
-Learning signal (per update): signal/zero_variance_share (groups whose rewards are all equal:
-GRPO learns nothing from them), signal/all_failed_share, signal/all_solved_share, train/reward_std.
-
-Histograms: reward/all, reward/domain/<d>, reward/tag/<t>, reward/component/<c> (judged episodes),
-staleness.
-
-Judged episodes (`judged`): all but those the infrastructure failed (`Ending.INFRA_ERROR`). An
-infrastructure failure is never a reward of 0: success and reward figures leave it out.
-
-An episode's failure reason is `Trajectory.failure` (the environments' `FailureReason` value, a
-deadline stage, or `infra:<stage>`); an unsuccessful episode without one counts under its ending
-(`step_limit`, `stopped`, `context_limit`…). Successful episodes have none.
-
-Not covered: where the numbers go (`honing.observe.sinks`), the event log (`honing.observe.events`).
+docs/observability.md lists the scalar and histogram names ("Metric names") and how a failure
+is named. Success and reward figures are over the judged episodes: an infrastructure failure is
+never a reward of 0. Not covered: where the numbers go (`honing.observe.sinks`), the event log
+(`honing.observe.events`).
 """
 
 from __future__ import annotations
@@ -54,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from honing.store.records import Ending, Group, Trajectory
+from honing.records import Ending, Group, Trajectory
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,8 @@
     with EpisodeProgress("eval math · model:x", total=64, console=console) as progress:
         ... progress.add(success=True, reward=1.0)        # once per finished episode
 
-Both draw one live line (bar, counts, success, reward, throughput, ETA) on the given console
-(stderr in the CLI, where rich's log handler prints above it). They draw only on an interactive
-terminal: on a pipe, a file or CI there is no live display at all (no repeated frames), and with
-`quiet=True` neither; the log lines are the record in both cases.
-
-ETA: the mean time per unit since this process started, times what is left (units done before a
-resume are not counted as fast).
-
+Both draw one live line, only on an interactive terminal and not with `quiet=True`; the ETA
+ignores units done before a resume (docs/observability.md, "The modules in detail").
 Not covered: log lines (the commands log through `logging`), the event log (`events.py`).
 """
 

@@ -9,16 +9,9 @@
     for sink in sinks: sink.log(step, metrics.scalars, metrics.histograms)
     close_sinks(sinks)
 
-Every sink writes under the run directory and never touches the network: MLflow runs with a
-`file:` tracking URI and its telemetry off, W&B in offline mode with git, code saving and system
-stats off. A sink whose package is missing is a ConfigError saying what to install.
-
-Resuming a run: TensorBoard purges the events after the checkpoint (`purge_step`); MLflow and W&B
-continue the same run (its id is kept in the sink's directory), and the re-run steps after the
-checkpoint are logged again (MLflow's history then holds both values for those steps).
-
-Not covered: the event log (`honing.observe.events`), computing the metrics
-(`honing.observe.metrics`), online W&B (sync an offline run instead).
+Every sink writes under the run directory and never touches the network; a missing package is
+a ConfigError saying what to install (resuming: docs/observability.md). Not covered: the event
+log (`honing.observe.events`), the metrics (`honing.observe.metrics`), online W&B (sync offline).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """RL math: small pure tensor functions (no state, no I/O) that the learner calls.
 
-    advantages   grpo_advantages, dr_grpo_advantages, rloo_advantages, reinforce_pp_advantages,
-                 gae_advantages (-> GAE), token_rewards, whiten, turn_level_advantages,
-                 broadcast_to_tokens
+    advantages   grpo, dr_grpo, rloo, reinforce_pp and gae advantages, token_rewards, whiten,
+                 turn_level_advantages, broadcast_to_tokens
     losses       policy_loss (-> PolicyLoss, PolicyLossStats), aggregate, Aggregation
     value        value_loss (-> ValueLoss), explained_variance: the critic's loss and diagnostic
     offpolicy    decoupled_policy_loss, token_staleness, staleness_mask
@@ -10,13 +9,9 @@
     logprobs     token_logprobs, token_entropy, entropy_from_logits
     masking      masked_sum, masked_mean
 
-Shapes follow one convention: B sequences (rows), T token positions, V vocabulary, G groups of n
-samples (or flat N with group ids), K assistant turns. A mask is 1 on the model's own tokens
-(Trajectory.loss_mask) and 0 on prompt, observation and padding tokens. Each function's docstring
-gives its shapes, the paper it implements and what it leaves out.
-
-Not covered here: turning `Trajectory` records into these tensors, the optimiser, and anything
-with state (reference model, schedules, versions) — that is `honing.trainer`.
+Shapes: B sequences, T positions, V vocabulary, G groups of n samples (or flat N with group ids),
+K assistant turns; a mask is 1 on the model's own tokens; each docstring gives shapes, paper and
+omissions. Not covered: records to tensors, the optimiser, anything with state (`honing.trainer`).
 """
 
 from honing.rl.advantages import (

@@ -5,22 +5,13 @@
     rloo_advantages           r - mean of the *other* samples of the group    Ahmadian et al. 2024
     reinforce_pp_advantages   group baseline, then normalised over the batch  Hu 2025
     gae_advantages            GAE over the model's tokens with a value head   Schulman et al. 2016
-    token_rewards             outcome and per-turn rewards onto the tokens GAE steps through
-    whiten                    (A - mean) / std over the model's tokens of a batch (for GAE)
-    turn_level_advantages     outcome advantage + weighted per-turn process term (see its docstring)
-    broadcast_to_tokens       a per-sequence advantage onto the sequence's model tokens
+    token_rewards / whiten / turn_level_advantages / broadcast_to_tokens      (see each docstring)
 
-Group inputs come in one of two shapes: `rewards` [G, n] (G groups of n samples, one group per
-row), or flat `rewards` [N] with `group_ids` [N] (any integer labels; groups may differ in size,
-e.g. after infrastructure failures were dropped). The result has the shape of `rewards`.
-
-Guarantees every estimator here keeps: a group whose rewards are all equal (including a group of
-one) gets advantages of exactly 0, never NaN — so "every group has zero variance" is detectable
-downstream as exactly-zero advantages; a non-finite reward is an error, not a silent NaN.
-
-Not covered: the policy loss that consumes these (`honing.rl.losses`), dropping zero-variance
-groups (dynamic sampling is the learner's choice), and the KL-in-reward shaping of PPO/REINFORCE++
-(honing applies KL as a loss term, `honing.rl.kl`).
+Groups are `rewards` [G, n], or flat [N] with `group_ids` [N]; a group whose rewards are all
+equal gets advantages of exactly 0, never NaN, and a non-finite reward is an error
+(docs/training.md, "The RL math in detail"). Not covered: the policy loss (`honing.rl.losses`),
+dropping zero-variance groups (the learner's choice), and KL-in-reward shaping (honing applies
+KL as a loss term, `honing.rl.kl`).
 """
 
 from __future__ import annotations

@@ -3,18 +3,15 @@
     kl_k1, kl_k2, kl_k3   the three estimators of KL(policy || reference)
     kl_penalty            one of them by name, masked
 
-From John Schulman, "Approximating KL Divergence" (blog, 2020). Tokens are sampled from the policy;
-with `log r = ref_logprob - logprob`:
+From Schulman, "Approximating KL Divergence" (2020 blog), with `log r = ref_logprob - logprob`:
 
     k1 = -log r                 unbiased, high variance, can be negative per token
     k2 = (log r)^2 / 2          biased, low variance, always >= 0
     k3 = (r - 1) - log r        unbiased, low variance, always >= 0 (the usual GRPO choice)
 
-All are returned per token, 0 where mask is 0, so the caller aggregates them the same way as the
-policy loss. k3 clamps `log r` to [-20, 20] before the exp: without it one token the reference
-finds far likelier than the policy overflows to inf (a guard verl also has, at ±10); within the
-clamp the value is exact. Not covered: the KL-in-reward form (PPO-RLHF, REINFORCE++), where the
-penalty shapes the per-token reward instead of being a loss term.
+Per token, 0 where mask is 0; k3 clamps `log r` (docs/training.md, "The RL math in detail").
+Not covered: the KL-in-reward form (PPO-RLHF, REINFORCE++), where the penalty shapes the
+per-token reward instead of being a loss term.
 """
 
 from __future__ import annotations

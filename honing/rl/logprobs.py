@@ -4,16 +4,12 @@
     token_entropy        entropy of softmax(logits / T) per position
     entropy_from_logits  its masked mean
 
-The learner's logprobs must match the engine's on the same tokens, or the ratio in the loss is
-biased from the first step (verl#6780). The engine (`honing.rollout.engines.hf`) reports
-`log_softmax(logits / T)` of the chosen token, before top-k/top-p filtering, and treats T = 0
-(greedy) as T = 1; `token_logprobs` does exactly the same. Logits are upcast to float32 first:
-bf16 log-softmax over a 49k vocabulary is off by ~1e-2, which the ratio would read as drift.
-
-Alignment is the caller's: `logits[:, t]` must be the distribution *of* `token_ids[:, t]`; for a
-causal LM's forward pass that means `logits[:, :-1]` with `input_ids[:, 1:]`.
-Not covered: chunking over the sequence to bound the [B, T, V] float32 copy (the learner's
-micro-batching does that).
+Exactly what the engine reports (temperature-scaled, before top-k/top-p, T = 0 scored as T = 1),
+in float32, so that the ratio is not biased from the first step (docs/training.md, "The RL math
+in detail"). Alignment is the caller's: `logits[:, t]` must be the distribution *of*
+`token_ids[:, t]`; for a causal LM's forward pass that means `logits[:, :-1]` with
+`input_ids[:, 1:]`. Not covered: chunking over the sequence to bound the [B, T, V] float32 copy
+(the learner's micro-batching does that).
 """
 
 from __future__ import annotations

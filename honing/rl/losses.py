@@ -4,24 +4,11 @@
     aggregate        per-token values -> one scalar, by token, by sequence, or by a constant
     PolicyLoss       the loss and its `PolicyLossStats` (clip fractions, approx KL, ratio mean…)
 
-The objective is PPO's (Schulman et al. 2017): per token, with `ratio = exp(logprob - old)`,
-`loss = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)`. Clip bounds may differ
-("clip-higher", DAPO, Yu et al. 2025: a larger eps_high lets unlikely tokens with A > 0 grow,
-against entropy collapse). Aggregation (`Aggregation`):
-
-    "token"     sum over all the batch's model tokens / their number (DAPO): every token weighs
-                the same, so long answers are not down-weighted
-    "sequence"  mean over each sequence's tokens, then over sequences (GRPO as published): every
-                sequence weighs the same, which favours short correct and long wrong answers
-    "constant"  sum over each sequence's tokens / norm_len, then mean over sequences (Dr.GRPO,
-                Liu et al. 2025): a fixed normaliser (e.g. max_new_tokens), no length bias
-
-`global_count` replaces the local count (tokens for "token", sequences otherwise) when this batch
-is one micro-batch of a larger optimiser step, so that accumulating the micro-batches' gradients
-gives the same update as one big batch.
-
-Not covered: dual-clip PPO (Ye et al. 2020), sequence-level ratios (GSPO), the value loss
-(`honing.rl.value`), the KL and entropy terms (the learner adds them, `honing.rl.kl`,
+PPO's objective (Schulman et al. 2017) with clip-higher bounds (DAPO, Yu et al. 2025);
+aggregation by token (DAPO), by sequence (GRPO) or by a constant (Dr.GRPO, Liu et al. 2025);
+`global_count` makes accumulated micro-batches equal one big batch (docs/training.md, "The RL
+math in detail"). Not covered: dual-clip PPO (Ye et al. 2020), sequence-level ratios (GSPO), the
+value loss (`honing.rl.value`), the KL and entropy terms (the learner adds them, `honing.rl.kl`,
 `honing.rl.logprobs`), and correction for the gap between behaviour and proximal policy
 (`honing.rl.offpolicy`, which calls this).
 """

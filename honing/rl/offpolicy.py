@@ -4,30 +4,13 @@
     token_staleness         current policy version - the version that produced each token
     staleness_mask          the loss mask without tokens staler than a bound
 
-With asynchronous rollout, a trajectory's tokens come from a *behaviour* policy that may be
-several versions old, and a partial rollout mixes versions within one sequence (Trajectory.versions
-holds one per token). Decoupled PPO (AReaL, Fu et al. 2025, "AReaL: A Large-Scale Asynchronous
-Reinforcement Learning System for Language Reasoning") separates the two roles the old policy plays
-in PPO: the trust region is taken around the *proximal* policy (the learner's weights before this
-update, whose logprobs the learner recomputes), and the gap between behaviour and proximal policy
-is corrected by the importance weight `w = exp(proximal - behaviour)`:
-
-    loss_t = w_t * -min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t),
-    r_t = exp(current_t - proximal_t)
-
-The weight is capped at `max_weight`. `cap_mode="truncate"` uses `min(w, max_weight)` (truncated
-importance sampling, as in "Your Efficient RL Framework Secretly Brings You Off-Policy RL
-Training", Yao et al. 2025): biased but bounded variance, and every token still teaches.
-`cap_mode="mask"` drops tokens whose weight exceeds the cap, which is what AReaL's
-`behav_imp_weight_cap` does. When behaviour == proximal (fresh tokens, and an engine whose
-logprobs match the learner's) every weight is 1 and this is exactly `policy_loss`.
-
-The staleness bound comes from the scheduler (it already drops whole episodes as `Ending.STALE`);
-`staleness_mask` applies the same bound per token, which partial rollouts need: the importance
-weight corrects each token on its own, so dropping a stale prefix and keeping a fresh suffix of
-one sequence is sound.
-Not covered: sequence-level importance weights, and recomputing the proximal logprobs (the
-learner's forward pass before its first optimiser step on this batch).
+Decoupled PPO (AReaL, Fu et al. 2025): the trust region is taken around the *proximal* policy
+(the learner's weights before this update) and the behaviour/proximal gap is corrected by the
+importance weight `w = exp(proximal - behaviour)`, capped at `max_weight` by truncation (Yao et
+al. 2025) or by masking (AReaL's `behav_imp_weight_cap`); with behaviour == proximal it is
+exactly `policy_loss`. docs/training.md ("The RL math in detail") gives the formula and the
+staleness bound. Not covered: sequence-level importance weights, and recomputing the proximal
+logprobs (the learner's forward pass before its first optimiser step on this batch).
 """
 
 from __future__ import annotations

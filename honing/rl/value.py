@@ -4,16 +4,10 @@
     explained_variance   1 - Var(R - V) / Var(R) over the model's tokens
 
 The value loss is PPO's (Schulman et al. 2017, as in OpenAI baselines' ppo2, cleanrl, verl and
-OpenRLHF): per token, the critic's new prediction V may move at most `clip` away from the
-prediction V_old it made when the batch was scored, and the loss is the pessimistic (larger) of the
-clipped and unclipped squared errors against the return R. With one optimiser step per batch and
-V_old scored by the same weights, V == V_old at the step and the clip never binds (its fraction is
-0, as the policy ratio is 1); it binds when V_old comes from older weights or dropout.
-Explained variance is the usual critic diagnostic: 1 predicts the returns exactly, 0 is no better
-than their mean, below 0 worse than it.
-
-Not covered: returns and advantages (`honing.rl.advantages.gae_advantages`), the value head and
-its optimiser (`honing.trainer.learner`).
+OpenRLHF); with one optimiser step per batch the clip never binds (docs/training.md, "The RL
+math in detail"). Explained variance: 1 predicts the returns exactly, 0 is no better than their
+mean, below 0 worse. Not covered: returns and advantages (`honing.rl.advantages`), the value
+head and its optimiser (`honing.trainer.learner`).
 """
 
 from __future__ import annotations

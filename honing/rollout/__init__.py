@@ -11,8 +11,7 @@
     template_check  `honing check-template`
     ray/            engine and env workers as Ray actors for the same scheduler
 
-Not covered here: optimisation (honing.rl, honing.trainer) and the trajectory records and their
-persistence (honing.store).
+Not covered: optimisation (honing.rl, honing.trainer), the records and their store (honing.store).
 """
 
 from honing.rollout.agent import AgentConfig, Deadlines, Gate, InfraFailure, run_episode

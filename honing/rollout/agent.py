@@ -7,25 +7,10 @@
     the observation → until the environment is done, `max_turns`, or `max_total_tokens`
     → close the environment (scoring deadline), always.
 
-* **Token-faithful** (token engines, `accepts_tokens`): the trajectory's tokens are the first
-  prompt, then per turn exactly the engine's tokens (loss mask 1, the engine's logprobs and policy
-  versions) and the rendered delta of the observation (mask 0); nothing is re-tokenized
-  (`honing.rollout.chat`). Each generation's `max_new_tokens` is capped by what is left of
-  `max_total_tokens`, and an observation that does not fit ends the episode (CONTEXT_LIMIT).
-* **Chat engines** (`accepts_tokens` False) get messages and tools; the engine's parsed
-  `tool_calls` are used when it returns them, else the text is parsed. Token fields stay empty;
-  the budget is checked against the engine's reported prompt and completion tokens.
-* **Model failures are the model's**: a malformed output is rejected by the environment (a step
-  with a format penalty and an error the model sees next), never a crash, never retried.
-* **Infrastructure failures** — EngineError, WorkerLost, SandboxError, a setup / generate / step /
-  scoring deadline, a step whose `info.infrastructure` is set, an aborted generation — raise
-  `InfraFailure(stage, cause)` for the scheduler to retry (with the partial trajectory attached).
-  The **episode deadline** is not one: it ends the trajectory with `Ending.TIMEOUT` and failure
-  `"episode_deadline"`.
-* **Deadlines nest**: the episode deadline bounds everything, waits included; the others bound one
-  call each, not the wait for its slot (`Gate`), which is recorded as `queue_s`.
-
-Not covered here: scheduling many episodes, retries and staleness (`honing.rollout.scheduler`).
+Covered: token engines (token-faithful) and chat engines; a malformed output is the model's
+failure (rejected by the environment, never retried); infrastructure failures raise
+`InfraFailure` for the scheduler; nested deadlines (docs/rollout.md, "The modules in detail").
+Not covered: scheduling many episodes, retries and staleness (`honing.rollout.scheduler`).
 """
 
 from __future__ import annotations
@@ -48,6 +33,7 @@ from honing.envs.base import (
     StepResult,
 )
 from honing.errors import DeadlineExceeded, EngineError, HoningError, SandboxError, WorkerLost
+from honing.records import Ending, Trajectory, Turn
 from honing.rollout.chat import (
     ChatFormat,
     Message,
@@ -58,7 +44,6 @@ from honing.rollout.chat import (
     parse_action,
 )
 from honing.rollout.engines.base import Engine, FinishReason, Generation, Prompt, SamplingParams
-from honing.store.records import Ending, Trajectory, Turn
 from honing.tasks.load import AnyTask
 
 T = TypeVar("T")

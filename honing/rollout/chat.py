@@ -7,39 +7,11 @@
     action = parse_action(content)               # or MalformedAction saying what is wrong
     delta = transcript.add_observation(result.observation) # only the new tokens to append
 
-**Token-faithful.** The tokens of an episode are the first prompt, then for each turn exactly the
-tokens the engine produced and the tokens of the *delta*: the end-of-turn marker when the model's
-output did not end with it (cut off by a length limit), the observation message(s) and the next
-generation prompt. The delta is found by rendering the whole conversation as text with the chat
-template and taking what follows the text already covered by tokens; only the delta is tokenized,
-earlier turns never are. Rendering the model's own text back as the assistant message (not its
-parsed tool calls) is what keeps the render a prefix of the next one.
-
-When the template is not prefix-preserving (it re-renders earlier turns: strips reasoning, drops
-or reformats tool calls), the delta falls back to the template's end-of-turn marker and the new
-messages rendered after a fixed short exchange (system, user, assistant — or system, user when
-the template mangles assistant turns that are not last), without the exchange; a warning says so
-once per template. The trajectory is
-then still exactly what the model saw, but differs from what the template would render for the
-whole conversation; `honing check-template MODEL` explains how to fix the template.
-
-**Tools.** A template that renders `tools=` itself (the rendering changes when tools are given)
-gets them natively and describes its own call format; otherwise the system prompt lists the tool
-schemas and the call format `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Hermes /
-Qwen style, one or more per message). Tool results are `tool` messages when the template knows
-that role, else one `user` message with a `Tool result (name):` prefix per result; the
-environment's task-state text (`Observation.text`) follows as a `user` message — or, for an
-agent that does not restate the state (`restate=False`), only what changed (`Observation.update`:
-errors, new next steps), which keeps a short episode's turns short.
-
-**Parsing.** `parse_action` takes `<tool_call>` blocks, else a bare JSON object (or list of them)
-with `name` and `arguments` (`parameters` is accepted too, as Llama templates ask for it); the
-remaining text is the action's content, where the environments find what they understand without
-a call (a ```python block, a `\\boxed{}` answer). A call that is not valid JSON, has no name, or
-whose arguments are not an object raises `MalformedAction` with the call's number and the fault.
-
-Not covered here: generating, stepping the environment, deadlines (`honing.rollout.agent`), and
-checking a template ahead of time (`honing.rollout.template_check`).
+Covered: token-faithful transcripts (only the delta of each observation is tokenized, with a
+fallback for templates that are not prefix-preserving), tools rendered natively or in the system
+prompt, and parsing tool calls (docs/rollout.md, "The modules in detail"). Not covered:
+generating, stepping the environment, deadlines (`honing.rollout.agent`), and checking a
+template ahead of time (`honing.rollout.template_check`).
 """
 
 from __future__ import annotations

@@ -9,10 +9,8 @@ domain, run by the async scheduler (priority slots, infrastructure retries, dead
 finished group goes to the trajectory store at once, so a run that is stopped keeps what it
 finished. `RUN/rollout.json` records what was run (task set and version, engine, sampling, n).
 
-`rollout_ray` is the same with `backend: ray`: engine and sandbox workers are Ray actors
-(`honing.rollout.ray`), driven by the same scheduler.
-
-Not covered here: training on the trajectories (the trainer).
+`rollout_ray` is the same with `backend: ray` (engine and sandbox workers as Ray actors,
+`honing.rollout.ray`). Not covered here: training on the trajectories (the trainer).
 """
 
 from __future__ import annotations
@@ -27,13 +25,13 @@ from typing import TYPE_CHECKING
 from honing.config import SandboxConfig
 from honing.envs import registry
 from honing.envs.base import EnvConfig
+from honing.records import Group, Trajectory
 from honing.rollout.agent import AgentConfig, Gate, run_episode
 from honing.rollout.engines import Dtype
 from honing.rollout.engines.base import Engine
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
 from honing.sandbox import SandboxPool
 from honing.store import TrajectoryWriter
-from honing.store.records import Group, Trajectory
 from honing.tasks.load import AnyTask, TaskSet
 
 if TYPE_CHECKING:

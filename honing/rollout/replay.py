@@ -4,13 +4,9 @@
 
 The environment is reset for the task and fed each stored assistant turn's action, parsed from its
 text as the agent parsed it (`stored_action`: same parser and call ids, a chat engine's own tool
-calls, malformed outputs rejected again); rewards, components, outcome and success are recorded as
-the agent loop records them. **Diverged** (with the model turn): the task's prompt is not what the
-model was shown; a step before the last fails differently or returns tool results the model was
-not shown; the environment ends the episode earlier, later or otherwise. The last observation (the
-verdict) and the task-state wording around tool results are not compared. **Infrastructure**
-(`infra_error`, no verdict): a step flagged as infrastructure, a deadline, a step timeout the
-original step did not have, an exception from the environment.
+calls, malformed outputs rejected again); rewards are recorded as the agent loop records them. A
+replay that takes another course is `diverged` (with the model turn), one that cannot be scored
+`infra_error` (docs/rollout.md, "The store in detail", gives the rules).
 
 Not covered: a chat engine's malformed tool calls (not stored; the text is replayed instead) and
 the agent's clock (an action it cut off, with no observation after it, is not replayed).
@@ -26,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from honing.envs.base import Action, FailureReason, MalformedAction, StepResult
+from honing.records import Ending, Trajectory, Turn
 from honing.rollout.agent import Deadlines, EnvLike
 from honing.rollout.chat import openai_tool_calls, parse_action
-from honing.store.records import Ending, Trajectory, Turn
 from honing.store.rescore import Rescore, RescoreStatus
 from honing.tasks.load import AnyTask
 

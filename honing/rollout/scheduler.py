@@ -7,56 +7,11 @@
         async for group in sched.results():           # each group exactly once, as it completes
             ...
 
-`run(task, sample, gate) -> Trajectory` runs one episode (normally `agent.run_episode` with a fresh
-env); the scheduler hands it a `Gate` whose `engine()` / `env()` context managers are this
-scheduler's slots. What the scheduler guarantees:
-
-* **Groups.** A task is submitted as a group of `n` samples; the group is delivered once all `n`
-  trajectories are final (finished, or flagged after retries, a deadline or staleness). A
-  trajectory is delivered exactly once, never lost: every started sample ends in its group.
-* **Priority.** Waiting work is ordered by (task priority, higher first; then age, the group's
-  submission order). Pending groups start in that order, and episodes waiting for an engine or env
-  slot are served in that order too (`honing.rollout.slots`). A group starts as a whole (all `n`
-  samples at once, when `in_flight + n <= max_in_flight`, or alone if n is larger), so no group
-  is left half-started.
-* **Backpressure.** At most `max_pending_groups` groups wait to start; `submit` awaits beyond.
-* **Retries, infrastructure only.** A runner that raises `InfraFailure` (or an `EngineError`,
-  `WorkerLost`, `SandboxError`, `DeadlineExceeded` directly) is retried with exponential backoff
-  while the budget (`retries` per trajectory) lasts; each retry and its cause is a `Retry` in
-  `Trajectory.retries`. When the budget is spent the trajectory is delivered with
-  `Ending.INFRA_ERROR`, `failure="infra:<stage>"` and the last cause in `detail` (the last
-  attempt's partial trajectory when `InfraFailure` carries one) — flagged, never a reward-0 model
-  failure. Whatever the runner *returns* is the model's doing and never retried.
-  Any other exception is a bug: `results()` raises it (or, with `on_runner_error="deliver"`, the
-  trajectory is delivered as `INFRA_ERROR` with stage `runner`).
-* **Deadline guard.** The agent loop enforces the nested deadlines itself; the scheduler adds a
-  hard outer guard of `episode_s + guard_grace_s` per attempt. Past it the attempt is cancelled,
-  its slots are released at once (even if the runner ignores the cancellation: its gate then
-  refuses further slots), and the trajectory is delivered with `Ending.TIMEOUT`,
-  `failure="episode_deadline"`. The late runner is still awaited at shutdown.
-* **Staleness.** `version()` is the trainer's current policy version. When a trajectory finishes,
-  its staleness is `version() - trajectory.policy_version`; past `max_staleness` it is re-issued
-  (a `Retry` with stage `stale`, counted in `stats.stale_drops`), at most `stale_reissues` times,
-  after which it is delivered with `Ending.STALE`. Partial rollouts happen inside the engines
-  (tokens carry versions); the scheduler only measures.
-* **Admission control** (so generation does not run far ahead of the consumer): a new group is
-  not started while `max_ready_groups` finished groups wait unconsumed in `results()`; and when
-  both `max_staleness` and `groups_per_version` are set, AReaL's staleness rule (Fu et al. 2025):
-  the k-th group (k counted from 1 since the scheduler started) starts only once
-  `k <= (version() - version_at_start + max_staleness + 1) * groups_per_version`. Episodes of
-  started groups and their retries are never held back, so a started group always completes.
-  Admission is re-checked when a group is delivered or consumed and every `tick_s`.
-* **Elastic pools.** With `engine_workers` / `env_workers` (`ElasticWorkers`: sandbox cells, Ray
-  actors, engine replicas), the slot count is `workers.size * slots_per_worker`, and every
-  `tick_s` the pool grows when episodes queue for its slots (enough workers for the queue, by
-  `grow_ratio`) and shrinks one worker at a time after `cooldown_s` with nobody queued and a
-  whole worker's slots free; always within `[min_workers, max_workers]`, with `cooldown_s`
-  between changes. Shrinking lowers the slot count first, then the pool drains the busy worker.
-* **Shutdown.** Leaving the context cancels every attempt, backoff and resize, and awaits them.
-
-Not covered here: building envs and engines (the runner's job), weight updates (the trainer's),
-and episode-internal deadlines (the agent loop's). The deadline guard is per attempt, so a
-retried trajectory may take longer than `episode_s` in all.
+Covered: groups of `n` delivered exactly once, priority, backpressure, retries of infrastructure
+failures only, a deadline guard per attempt (so a retried trajectory may take longer than
+`episode_s` in all), staleness, admission control, elastic pools (docs/rollout.md, "The modules
+in detail"). Not covered: building envs and engines (the runner's job), weight updates (the
+trainer's), and episode-internal deadlines (the agent loop's).
 """
 
 from __future__ import annotations
@@ -79,9 +34,9 @@ from pydantic import Field
 
 from honing.config import StrictModel
 from honing.errors import DeadlineExceeded, EngineError, HoningError, SandboxError, WorkerLost
+from honing.records import Ending, Group, Retry, Trajectory
 from honing.rollout.agent import Gate, InfraFailure
 from honing.rollout.slots import PrioritySlots
-from honing.store.records import Ending, Group, Retry, Trajectory
 from honing.tasks.load import AnyTask
 
 log = logging.getLogger(__name__)

@@ -6,13 +6,8 @@
     try: ...
     finally: slots.release()
 
-A released slot is handed directly to the best waiter (its future is resolved while the slot stays
-counted as in use), so a newcomer can never overtake a queued episode by grabbing the slot on the
-fast path in between. A waiter that is cancelled is removed lazily (its entry is skipped when it
-reaches the top of the heap); a waiter that is cancelled just after a slot was handed to it gives
-the slot back. `resize` changes the capacity at once: growing wakes waiters, shrinking lets the
-extra holders finish and stops handing slots out until `in_use` is under the new capacity.
-
+A released slot goes straight to the best waiter, so a newcomer never overtakes a queued
+episode; cancelled waiters and `resize` are handled (docs/rollout.md, "The modules in detail").
 Not covered here: which rank and age an episode has (the scheduler's `(−priority, group seq)`),
 and the per-episode bookkeeping that releases an abandoned episode's slots (`scheduler._Hold`).
 """

@@ -3,23 +3,12 @@
     report = check_template(tokenizer)          # or check_model("default", chat_template=None)
     print(report.text()); report.ok
 
-Renders a representative tool-using conversation — system (with the tools), user, an assistant
-tool call, its result, an assistant reply with reasoning and another call, its result, a final
-assistant answer — built the way the agent loop builds it (`honing.rollout.chat`), and checks:
-
-1. **prefix** — every rendering is a string prefix of the next one: the first k messages (with
-   the generation prompt when message k+1 is the assistant's) against the first k+1. A template
-   that re-renders earlier turns (strips reasoning, drops or reformats tool calls) fails: the
-   tokens a model saw at turn 3 are not the tokens of turn 3 in the full render.
-2. **tokens** — tokenizing the whole conversation gives the same ids as tokenizing the pieces
-   one by one (no merges across a turn boundary), so re-tokenizing text would not drift.
-3. **end of turn** — the template closes an assistant message with a special token and that
-   token is the tokenizer's eos, so generation stops where the turn ends.
-4. **tools** — how the tools reach the model: natively (`tools=`) or in honing's system prompt;
-   and whether tool results are `tool` messages or prefixed `user` messages.
-
-Each failed check says what breaks and the fix. Not covered: whether the model was *trained* on
-this format (only its outputs tell), and templates that need extra kwargs (documents, …).
+Renders a representative tool-using conversation the way the agent loop builds it and checks
+four things: each rendering is a prefix of the next, tokenizing the whole equals tokenizing the
+pieces, the end-of-turn token is the eos, and how the tools reach the model (docs/rollout.md,
+"The modules in detail"). Each failed check says what breaks and the fix. Not covered: whether
+the model was *trained* on this format (only its outputs tell), and templates that need extra
+kwargs (documents, …).
 """
 
 from __future__ import annotations

@@ -5,17 +5,17 @@
     read_trajectories(run_dir)                          # -> list[Trajectory], equal to those added
     query(run_dir, "SELECT domain, avg(reward) FROM trajectories GROUP BY 1")
 
-    records   Trajectory, Turn, Retry, Group, Ending (the records themselves)
     schema    the explicit Arrow schema of a shard and the conversion to and from records
     files     the on-disk layout, the manifest, finding complete shards
     writer    TrajectoryWriter: buffered, atomic shards, resumable
     query     reading back: records, SQL views `trajectories` and `turns`, terminal formatting
     rescore   re-scores kept beside the trajectories (RUN/rescores/STAMP/): rows, files, summary
 
-The closing summary of a rollout (success, pass@k) is `honing.eval.summary`. Not covered here:
-replaying trajectories to re-score them (`honing.rollout.replay`, `honing.trainer.rescore`).
+The episode records it stores live in `honing.records` and are re-exported here. Not covered
+here: replaying trajectories to re-score them (`honing.rollout.replay`, `honing.trainer.rescore`).
 """
 
+from honing.records import Ending, Group, Retry, Trajectory, Turn
 from honing.store.files import Manifest, Shard, complete_shards, rewind
 from honing.store.query import (
     Column,
@@ -30,7 +30,6 @@ from honing.store.query import (
     read_trajectories,
     rich_table,
 )
-from honing.store.records import Ending, Group, Retry, Trajectory, Turn
 from honing.store.schema import SCHEMA_VERSION, TRAJECTORY
 from honing.store.writer import TrajectoryWriter, WriterState
 

@@ -4,18 +4,10 @@
     RUN/trajectories/part-00000.parquet   the shards, numbered in the order they were written
     RUN/trajectories/.part-00001.parquet.<pid>.tmp   a shard being written (never read)
 
-The shards are the truth; the manifest is a summary of them, rewritten (atomically) after each
-shard. A shard appears under its final name only once complete (written to a temporary file,
-synced, then renamed), so a killed writer leaves complete shards, perhaps a stray temporary file
-(ignored by readers, removed by the next writer) and perhaps a manifest that lags by a shard
-(readers go by the shards; the next writer rebuilds it). A shard the manifest lists that is gone,
-or one whose footer cannot be read, is an error naming the file.
-
-`rewind(run_dir, rows)` cuts the store back to a shard boundary (a resumed trainer regenerates
-what came after its checkpoint).
-
-Not covered here: the rows themselves (`honing.store.schema`) and writing them
-(`honing.store.writer`).
+The shards are the truth and the manifest a summary of them; a killed writer leaves complete
+shards only, and `rewind(run_dir, rows)` cuts the store back to a shard boundary (docs/rollout.md,
+"The store in detail"). Not covered here: the rows themselves (`honing.store.schema`) and
+writing them (`honing.store.writer`).
 """
 
 from __future__ import annotations

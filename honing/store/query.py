@@ -6,23 +6,11 @@
     describe(run_dir)                           the views and their columns (format_views)
     format_text(result) / rich_table(result)    a result for the terminal
 
-Two views over all complete shards (united by column name, so shards written by an older honing
-with fewer columns still read):
-
-    trajectories   one row per trajectory: the columns of `honing.store.schema.TRAJECTORY`
-    turns          one row per turn: trajectory_id, task_id, domain, sample, group_id,
-                   turn_index (0-based), then every turn field (role, text, start, end, version,
-                   tool_calls (JSON), tool_names, finish_reason, generation_s, reward,
-                   components, failure, detail, step_s, tool_s)
-
-Maps read as `components['outcome']`; tool calls as `json_extract_string(tool_calls,
-'$[0].function.name')` or `list_contains(tool_names, 'run')`. `end` is an SQL keyword: quote it
-(`SELECT start, "end" FROM turns`).
-
-Only complete shards are read (see `honing.store.files`); a missing store, one without shards, a
-corrupted shard and a failed query raise `StoreError` saying what was expected, which file, or
-which views and columns exist. Not covered here: writing (`honing.store.writer`), summaries
-(`honing.store.summary`).
+Two views over all complete shards, `trajectories` and `turns`, united by column name so older
+shards still read (docs/rollout.md, "The store in detail", lists their columns and how to query
+maps and tool calls). A missing store, a corrupted shard and a failed query raise `StoreError`
+saying what was expected, which file, or which views and columns exist. Not covered here:
+writing (`honing.store.writer`), summaries (`honing.eval.summary`).
 """
 
 from __future__ import annotations
@@ -39,8 +27,8 @@ from rich.table import Table
 from rich.text import Text
 
 from honing.errors import StoreError
+from honing.records import Trajectory
 from honing.store.files import Shard, complete_shards
-from honing.store.records import Trajectory
 from honing.store.schema import from_table
 
 VIEWS = ("trajectories", "turns")

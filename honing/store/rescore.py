@@ -4,13 +4,9 @@
     rows = read_rescores(path)                   # -> list[Rescore]; rescore_dirs(run_dir)
     RescoreSummary.of(rows).line()               # 'rescore: N trajectories; C verdicts changed …'
 
-A `Rescore` row holds a trajectory's old scores (as stored), its new ones (its actions replayed
-through today's environment and verifier) and the verifier's version, with a status: `same` or
-`changed` (the verdict, success, flipped); `diverged` (the replay took another course: `turn` and
-`detail` say where and how); `infra_error` (the replay could not be scored: no new scores);
-`skipped` (the stored episode had no verdict: infra_error or stale). A directory is written
-atomically; the trajectories are never touched.
-
+A `Rescore` row holds a trajectory's old scores, its new ones and the verifier's version, with a
+status: `same`, `changed`, `diverged`, `infra_error` or `skipped` (docs/rollout.md, "Re-scoring
+without regeneration"). A directory is written atomically; the trajectories are never touched.
 Not covered here: the replay (`honing.rollout.replay`) and a run's tasks and settings
 (`honing.trainer.rescore`).
 """

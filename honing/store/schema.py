@@ -1,23 +1,10 @@
 """The Parquet schema of a trajectory shard, and the exact conversion to and from `Trajectory`.
 
-One row per trajectory. Every `Trajectory` field has a column of the same name (turns and
-retries as lists of structs, `components` and `tool_s` as `map<string, double>`, which DuckDB
-reads as `components['outcome']`), followed by derived columns that make queries short:
-
-    steps, n_turns, n_tokens, model_tokens   counts (observation turns, turns, token ids, loss mask)
-    min_version, max_version                 policy versions among the model's tokens (a chat
-                                             engine without token ids: among its assistant turns);
-                                             null when the model generated nothing
-    n_retries                                retried attempts
-
-Each turn struct has every `Turn` field; `tool_calls` is kept as JSON text (the OpenAI shape is
-open-ended; DuckDB reads it with `json_extract`), beside a derived `tool_names` list.
-
-The schema is explicit, never inferred, so that every shard of every run has the same columns
-and types; `SCHEMA_VERSION` goes up when a column changes meaning or type (adding a column does
-not need it: readers unite shards by column name).
-
-Not covered here: files, manifests and atomicity (`honing.store.files`, `honing.store.writer`).
+One row per trajectory: a column per `Trajectory` field, then derived columns that make queries
+short (counts, the policy versions among the model's tokens, retries). The schema is explicit,
+never inferred, so every shard of every run has the same columns and types; `SCHEMA_VERSION` goes
+up when a column changes meaning or type (docs/rollout.md, "The store in detail"). Not covered
+here: files, manifests and atomicity (`honing.store.files`, `honing.store.writer`).
 """
 
 from __future__ import annotations
@@ -29,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from honing.errors import StoreError
-from honing.store.records import Ending, Retry, Trajectory, Turn
+from honing.records import Ending, Retry, Trajectory, Turn
 
 SCHEMA_VERSION = 1
 

@@ -5,22 +5,10 @@
             await writer.add_group(group)
     writer.offset                       # rows durably written (the trainer resumes from it)
 
-* `add` converts the trajectory to its Arrow row at once (a value that cannot be stored fails
-  there, naming the trajectory; later changes to the record do not reach the store) and
-  buffers it; a full buffer is written as one shard before `add`
-  returns (backpressure). Buffered rows older than `flush_s` are written by a background timer,
-  so a slow rollout still reaches the disk regularly. `flush()` and leaving the `async with`
-  (also on an exception) write what is buffered.
-* Shards are built and written in a worker thread: the event loop keeps running. Each is written
-  to a temporary file, synced and renamed, then the manifest is rewritten the same way
-  (`honing.store.files`): a killed process leaves only complete shards.
-* Opening a directory that already holds shards appends to it (resume): numbering continues,
-  `offset` starts at the rows already there, a stray temporary file is removed and a lagging
-  manifest is rebuilt from the shards.
-* One writer per run directory: a second one (any process) is refused while the first is open
-  (an advisory `flock` on `RUN/trajectories/.lock`).
-
-Not covered here: reading (`honing.store.query`).
+Covered: converting each trajectory at `add` (a value that cannot be stored fails there),
+backpressure and timed flushes, shards written in a worker thread and renamed into place, resume
+into a directory that holds shards, and one writer per run directory (an advisory `flock`);
+docs/rollout.md, "The store in detail". Not covered here: reading (`honing.store.query`).
 """
 
 from __future__ import annotations
@@ -40,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from honing.errors import StoreError
+from honing.records import Group, Trajectory
 from honing.store.files import (
     MANIFEST,
     SHARDS,
@@ -52,7 +41,6 @@ from honing.store.files import (
     sync_dir,
     write_atomically,
 )
-from honing.store.records import Group, Trajectory
 from honing.store.schema import rows_to_table, to_row
 
 _LOCK = ".lock"

@@ -1,21 +1,12 @@
 """Whose doing it was when a checker's sandbox run gave no reply: its input's or the host's.
 
 A checker is honing's own program (math-verify's comparison, the sql rule queries) run in the
-sandbox on what a model produced. `run_end(result)` classifies how its run ended:
-
-    REPLIED   it exited cleanly: read its reply
-    INPUT     it spent its CPU-time limit, its memory or its output limit, or a signal other than
-              SIGKILL ended it (the checker crashed on this input): a wrong answer, with the reason
-    SANDBOX   the sandbox failed
-    NOT_RUN   it could not start or finish for a reason that is not the input: it exited with an
-              error before replying (an import failed, a bug in honing's program), it reached its
-              wall-clock limit *without* spending its CPU-time limit (an overloaded host did not
-              run it: a checker's wall-clock limit is `WALL_FACTOR` times its CPU-time limit), or
-              it was SIGKILLed outside every limit (the host's OOM killer)
-
-Not covered: an input that makes a checker wait rather than work (none of honing's checkers
-reads, sleeps or locks on its input), and the model's own programs (code tests, sql queries),
-whose time limits stay the model's (docs/envs.md, "Verdicts").
+sandbox on what a model produced. `run_end(result)` classifies how its run ended: REPLIED,
+INPUT (the checker failed on this input: a wrong answer), SANDBOX, or NOT_RUN (not the input's
+doing); docs/tasks.md ("The modules in detail") gives the rules. Not covered: an input that
+makes a checker wait rather than work (none of honing's checkers reads, sleeps or locks on its
+input), and the model's own programs (code tests, sql queries), whose time limits stay the
+model's (docs/envs.md, "Verdicts").
 """
 
 from __future__ import annotations

@@ -5,17 +5,10 @@ references with it: one judge for the domain.
     run = judged_run(task, run_files(task, {"solution.py": source}))
     verdict = run.verdict(await pool.run(run.request))   # None: the run ended without one
 
-The judge (`honing.tasks.codejudge`, run in the sandbox) runs the tests in its own process. The
-solution runs in another, reached only through plain data, so the verdict cannot be forged from
-inside the solution's process. A run sees the model's Python files and the task's own files as
-shipped. Other files the model wrote are left out, so an output file written in advance does
-not pass a test that checks one.
-
-Tampering (`CodeVerdict.tampering`; the outcome is then 0): the solution ended its own process
-with status 0, closed or wrote into the judge's channel, replaced builtins or the functions a
-harness reports through, returned an object equal to anything, changed a task file during the
-run, or printed a line shaped like the verdict. Not covered: a solution that special-cases the
-inputs of tests it was shown; tests that read files the solution's own process can rewrite.
+The tests run in the judge's process (`honing.tasks.codejudge`), the solution in another, so
+its verdict cannot be forged; tampering sets the outcome to 0 (docs/tasks.md, "The modules in
+detail"). Not covered: a solution that special-cases the inputs of tests it was shown; tests
+that read files the solution's own process can rewrite.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The code domain's judge, run inside the sandbox (standard library only; honing never imports it).
 
-Two processes. The judge (this program as the job) holds the tests, the nonce and stdout, where
-the verdict goes. The solution runs in a fresh interpreter that the judge starts with
-posix_spawn, so none of the judge's memory is in it. The tests run in the judge. Each name they
-use that the solution defines is a proxy: a call sends its arguments as plain data and gets back
-a result as plain data, or an exception, which is raised again as the builtin class it derives
-from. Plain data is None, bool, int, float, complex, str, bytes, bytearray and lists, tuples,
-dicts, sets and frozensets of them. The solution therefore never runs a comparison, an `assert`
-or an exception handler of the tests, and cannot print the verdict or find its nonce.
-
-What reaches the judge: the judge is not dumpable (the zygote's setting, kept across fork), so
-/proc gives the solution neither its memory nor its file descriptors, and ptrace is refused.
-The judge's sys.path holds no writable directory. Names the prompt defines in full (HumanEval's
-`poly`) come from the prompt, not the solution, and builtins always come from the judge.
-Input: a JSON object on stdin (`judge`). Output: one line on stdout, `NONCE VERDICT-JSON`.
+Two processes: the judge holds the tests, the nonce and stdout; the solution runs in a fresh
+interpreter the judge spawns, and each name the tests use from it is a proxy that exchanges plain
+data only, so the solution never runs the tests' comparisons and cannot print the verdict. The
+judge is not dumpable and its sys.path holds no writable directory (docs/tasks.md, "The modules
+in detail"). Input: a JSON object on stdin (`judge`). Output: one line on stdout,
+`NONCE VERDICT-JSON`. Not covered: scoring (`honing.tasks.codecheck` reads the verdict).
 """
 
 from __future__ import annotations

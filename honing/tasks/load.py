@@ -4,18 +4,10 @@
     load_tasks("s3://bucket/tasks.parquet") # any fsspec URL (memory:// in tests), or a built-in
     load_tasks("humaneval")                 # name: see `honing.tasks.builtin.BUILTIN`
 
-A row that is not a valid task never stops the load: it is quarantined with the file, the line
-(or row) and the field at fault, and the raw row is kept so nothing is lost. A null inside a row
-means "absent", in every format. Duplicate ids and
-duplicate content are quarantined too. What this module does not do is run references: see
-`honing.tasks.quality.verify_references`, which needs a sandbox.
-
-The version of a task set is a hash of its valid tasks' normalised content (sorted by id), so the
-same tasks give the same version whatever file format or order they came in.
-
-`question_key(task)` says what a task asks whatever its wording (a math task with a calculation in
-its metadata: that calculation, commutative operands in a fixed order; any other task: its
-prompt); held-out sets are kept apart from training by it (`honing.trainer.sources`).
+Covered: invalid rows, duplicate ids and duplicate content quarantined with where they came from
+(never a stopped load), the version of a task set, and `question_key` (what a task asks, whatever
+its wording); docs/tasks.md, "The modules in detail". Not covered: running references
+(`honing.tasks.quality.verify_references`, which needs a sandbox).
 """
 
 from __future__ import annotations

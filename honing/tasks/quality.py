@@ -1,24 +1,12 @@
 """The quality filter's last step: every task's reference must pass its own verifier.
 
-    code   the reference, as solution.py beside the task's `files`, must pass every test with
-           no tampering, judged as the code environment judges the model
-           (`honing.tasks.codecheck`: a reference that only exits with status 0 fails). A repair
-           task's starting solution.py is judged the same way and must fail (else there is
-           nothing to fix)
-    math   the reference's final answer must equal `answer` symbolically or numerically
-           (math-verify, run in the sandbox: see `honing.tasks.mathcheck`); a reference that is only
-           a worked solution is judged by its last answer
-    tools  the reference's calls must match `expected_calls` (`honing.tasks.toolcalls`)
-    sql    the reference, one SELECT, must yield a single value, and the answer stating it (and
-           the one stating `answer`) must pass every rule (`honing.tasks.sqlcheck`); it runs in
-           the DuckDB sibling of the pool, as the sql environment's queries do
-
-A task whose reference fails is quarantined with the reason (a math reference the checker fails
-on, or an answer that breaks the checker, fails too). A task the sandbox could not run (status
-`sandbox_error`, or a checker that could not start or finish: `honing.tasks.checkrun`) is
-neither passed nor failed: it is reported as unverified, because an infrastructure failure says
-nothing about the task.
-
+Covered: code references judged as the code environment judges the model (and a repair task's
+starting solution.py, which must fail), math references by the math checker, tools references
+by the call matcher, sql references by the sql rules; a failing reference quarantines its task
+with the reason, and a task the sandbox could not check is reported as unverified, not failed
+(docs/tasks.md, "The modules in detail"). A task of a domain this module cannot check is a
+ConfigError, never dropped. Not covered: the schema and de-duplication steps, done on load
+(`honing.tasks.load`).
 """
 
 from __future__ import annotations
@@ -26,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from honing.errors import ConfigError
 from honing.sandbox import ExecResult, ExecStatus, SandboxPool
 from honing.tasks.codecheck import JudgedRun, judged_run, run_files
 from honing.tasks.load import AnyTask, Quarantined, TaskSet
@@ -35,6 +24,7 @@ from honing.tasks.sqlcheck import check_references
 from honing.tasks.toolcalls import judge_reference
 
 CODE_TIMEOUT_S = 10.0
+CHECKED = {"code": CodeTask, "math": MathTask, "tools": ToolsTask, "sql": SqlTask}  # by domain
 
 
 @dataclass
@@ -85,6 +75,14 @@ async def verify_references(
     origins: dict[str, tuple[str, int | None]] | None = None,
 ) -> Verification:
     """Check each task's reference; `origins` (id → source, line) locates the failures."""
+    unknown = [t for t in tasks if not isinstance(t, tuple(CHECKED.values()))]
+    if unknown:
+        raise ConfigError(
+            f"task {unknown[0].id!r} (and {len(unknown) - 1} more) has domain "
+            f"{unknown[0].domain!r}, whose references the quality filter cannot check (it knows "
+            f"{', '.join(CHECKED)}): add the domain's check to honing.tasks.quality, or skip "
+            "the verification (`honing tasks check --no-verify`)"
+        )
     out = Verification()
     origins = origins or {}
 
@@ -147,7 +145,7 @@ async def verify_references(
                 out.passed.append(task)
             else:
                 out.failed.append(failed(task, f"reference does not equal answer {task.answer!r}"))
-        elif isinstance(task, SqlTask):
+        else:  # an SqlTask: every domain was checked above
             check = sql_checks[task.id]
             if check.status == "passed":
                 out.passed.append(task)

@@ -1,23 +1,10 @@
 """The typed task record, one model per domain, told apart by the `domain` field.
 
-    code   write or fix a Python function: `entry_point`, `tests` (Python source that raises when a
-           solution is wrong; when it defines `check(candidate)`, as HumanEval does, the verifier
-           calls it with the entry point), optional `files` the workspace starts with (a task
-           that ships `solution.py` asks to fix it: that file must fail the tests)
-    math   a final-answer problem: `answer`, compared symbolically and numerically, not as text
-    tools  call the right functions with the right arguments: `functions` (their schemas) and
-           `expected_calls` (BFCL's form; see `honing.tasks.toolcalls`); or, with `answer` set,
-           use executable tools (calculator, convert_units, lookup, calendar) within constraints
-           (`max_calls`, `forbidden_tools`) to reach a final answer; the reference is a JSON list
-           of calls `[{"name", "arguments"}]` (ending with an `answer` call in the second form)
-    sql    answer a question about tables with DuckDB: `tables`, `answer`, `rules`; the reference
-           is a SQL query whose single value is the answer
-
-Every task has `id`, `prompt`, `tags`, an optional `reference` (a known-good solution: for code, the
-full source of a solution; for math, a final answer or worked solution ending in one; for tools,
-the calls) and free
-`metadata`. Unknown fields are errors that name the field. Domains added by later layers (sql,
-…) join the `Task` union here.
+Covered: `CodeTask`, `MathTask`, `ToolsTask` and `SqlTask` with their fields, and the `Task`
+union that tells them apart; every task has `id`, `prompt`, `tags`, an optional `reference` and
+free `metadata`, and an unknown field is an error that names it. docs/tasks.md ("One example
+per domain", "The modules in detail") shows and describes each domain. Not covered: loading
+(`honing.tasks.load`) and checking references (`honing.tasks.quality`).
 """
 
 from __future__ import annotations

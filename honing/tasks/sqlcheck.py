@@ -1,52 +1,14 @@
 """Checking sql tasks: the DuckDB program the sandbox runs, and the judge of an answer's text.
 
 Shared by the sql environment (`honing.envs.sql`) and the quality filter (`honing.tasks.quality`).
-
-**Tables.** `SqlTask.tables` maps a name to CSV text or to the path/URL of a .csv, .csv.gz or
-.parquet file. `table_files` reads them on the host (fsspec; a relative path from the current
-directory) into `tables/NAME.EXT` files, because the sandbox reaches neither the host's files nor
-the network.
-
-**The program.** `query_request` makes one `ExecRequest` running `HARNESS`, a fixed program that
-reads its spec as JSON on stdin. It opens a DuckDB database — a file in a workspace, which
-persists across runs, or an in-memory one — loads the tables into it when it is new, then turns
-DuckDB's external access off and locks its configuration, so that the SQL it runs next reaches
-the database and nothing else (no file reads or writes, ATTACH, COPY or extensions). It prints
-one JSON reply. DuckDB runs one thread (the cell caps processes and threads) under a memory limit
-below the cell's. The sandbox, not DuckDB's settings, is the security boundary.
-
-**The sandbox with DuckDB.** `duckdb_pool(pool)` is `pool` itself when its cells preload duckdb,
-and otherwise its sibling pool whose runtime is DuckDB as installed beside honing (built offline
-on first use, started on first use, closed with `pool`).
-
-**The judge.** An answer is free text. Its *number* is the first number after its last "answer"
-(as in `Answer: 1234.5`), or else the only number it states. Numbers inside code (``` blocks,
-`spans`) or glued to other text (Q4, INV-7, 2024-03-31, 10:30) do not count; `$1,234.50`,
-`-3.2%` and `1.5e6` read as 1234.5, -3.2 and 1500000. The rules:
-
-    numeric     |number − the number of the task's answer| ≤ tolerance × |the latter|
-    mentions    the answer names `text` outside code (case-insensitive, as a whole word), and
-                none of `excludes`
-    traceable   one of the answer's SQL snippets (```sql blocks, `SELECT …` spans; the first
-                three) is one SELECT that names a task table and yields a single value that the
-                answer's number states
-    consistent  each of `queries` yields a single value that the answer's number states
-
-A query's value is *stated* by a number that equals it up to the rounding the number shows
-(1234.57 states 1234.5678) or within the rule's tolerance. A tolerance of 0 means equal up to
-float rounding. Rule queries always run on a fresh in-memory database loaded from the task's own
-tables, never on an episode's workspace, which the model may have changed.
-
-**Verdicts.** The answer's SQL snippets run in the judge's program: an error of one fails its
-rule; a run the snippets make spend its limits (CPU time, memory, a crash of DuckDB) fails their
-rules and sets `Judgement.rejected` (a wrong answer, the reason kept; the task's own rule
-queries are then run again alone). No verdict (`Judgement.problem`) when the sandbox or the
-harness failed, the tables do not load, the host did not run the judge (`RunProblem.HOST`, see
-`honing.tasks.checkrun`), or the task's own rule queries fail at their limits.
-
-Not covered: numbers in words ("two million") or with scales ("1.2m"), accounting negatives
-("(1,234)"); a traceable query that names a table but returns a constant
-(`SELECT 150 FROM sales LIMIT 1`) passes its rule — the numeric rule is what checks the value.
+Covered: reading a task's tables on the host, the fixed DuckDB program (`HARNESS`) that loads
+them and locks DuckDB's external access before any SQL runs, the DuckDB sibling of a pool
+(`duckdb_pool`), the judge of an answer's number by the task's rules (numeric, mentions,
+traceable, consistent), and its verdicts (docs/tasks.md, "The modules in detail"). The sandbox,
+not DuckDB's settings, is the security boundary. Not covered: numbers in words ("two million")
+or with scales ("1.2m"), accounting negatives ("(1,234)"); a traceable query that names a table
+but returns a constant (`SELECT 150 FROM sales LIMIT 1`) passes its rule — the numeric rule is
+what checks the value.
 """
 
 from __future__ import annotations

@@ -6,18 +6,10 @@
     generate_tools_tasks(n, seed)   executable-tool tasks: unit conversion, calendar, lookup over a
                                     small facts table, calculator, and chains of them
 
-The same `(n, seed)` gives the same tasks with the same ids (`synth-<domain>/<seed>/<i>`), on any
-machine; a larger `n` extends a smaller one. Families take turns (task `i` is of family
-`i % len(families)`), so even a few tasks cover every family. Each task is tagged `synthetic`,
-with its family and its difficulty (`easy`, `medium`, `hard`).
-
-Every task has a reference: for code, a correct implementation (the prompt plus a body); for
-math, the answer; for tools, the JSON list of calls that solves it, ending with `answer`. The
-expected values are computed here, independently of the environments (tasks do not import
-`honing.envs`); the tests run every reference through the real environments.
-
-Executable-tool answers are kept exact to a few decimals (a conversion whose result would not
-terminate is never asked), since answers are compared with a relative tolerance of 1e-6.
+The same `(n, seed)` gives the same tasks with the same ids on any machine; every task has a
+reference whose expected values are computed here, independently of the environments (tasks do
+not import `honing.envs`). docs/tasks.md ("The modules in detail") has the rest. Not covered:
+checking the references (the tests run them through the real environments).
 """
 
 from __future__ import annotations

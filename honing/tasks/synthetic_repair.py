@@ -3,19 +3,11 @@
     generate_code_repair_tasks(n, seed)   code tasks whose workspace starts with a buggy
                                           solution.py (`CodeTask.files`); the reference is the fix
 
-Each task takes a function of `honing.tasks.synthetic`'s code families (signature, reference body,
-test cases) and changes one token of its body, the kind of slip a careless edit leaves: a
-comparison (`<` for `<=`, `!=` for `==`), an arithmetic operator (`+`/`-`, `//`/`%`), an integer
-one off (a bound, an initial value, an index, a constant of the spec), `min`/`max`, `and`/`or`,
-`lower`/`upper`. A change is used only if the function then fails at least one test case: the
-candidates run here, in process, under a budget of traced lines, and one that still passes or
-does not finish within the budget (a loop whose bound or step was changed) is skipped. Running
-them in process is safe because the code is ours, one token away from the families' bodies.
-
-The prompt says what the function must do and that solution.py has a bug. Ids are
-`synth-code-repair/<seed>/<i>`; tags add `repair` and the kind of bug. Same `(n, seed)`, same
-tasks; families take turns as in `generate_code_tasks`. Tests run every starter and reference in
-the sandbox.
+Each task changes one token of a function of `honing.tasks.synthetic`'s code families (a
+comparison, an operator, an integer one off, …), used only if the function then fails a test
+case; the candidates run in process, which is safe because the code is ours. Same `(n, seed)`,
+same tasks (docs/tasks.md, "The modules in detail"). Not covered: checking the tasks (the tests
+run every starter and reference in the sandbox).
 """
 
 from __future__ import annotations

@@ -1,36 +1,12 @@
 """Tool calls as data: parsing them from Python call syntax, and judging them against expected
 calls by the rules of BFCL's AST checker.
 
-A call is `{"name": str, "arguments": dict}`. Expected calls use BFCL's "possible answer" form,
-`{function_name: {parameter: [accepted values...]}}`, where an accepted value of `""` means the
-parameter may be left out; the functions' descriptions (`{name, parameters: {properties,
-required}}`) give each parameter's type. `match_calls` accepts calls when `bfcl-eval`'s checker
-does (tests/tasks/test_bfcl_differential.py runs both on mutations of every ground truth of the
-Python categories), by these rules:
-
-* as many calls as expected, paired one to one in any order;
-* each call has the expected name; gives every argument its schema requires; gives only
-  arguments the schema declares and the expected call lists; gives every expected argument
-  unless `""` is among its values;
-* each argument has its schema's type: `integer` an int (not a bool, not `10.0`), `float` a float
-  or an int, `string` and `any` a str, `boolean` a bool, `array` and `tuple` a list (a tuple for
-  `tuple`), `dict` a dict; the elements of an array one level deep. A value of the accepted
-  values' own type also passes (BFCL's "variable" rule: the type of an accepted value, when it
-  differs from the schema's, wins) and is then compared as it is;
-* values: a string matches when equal after dropping spaces and ``,./-_*^``, lower-casing and
-  reading `'` as `"`; a list when equal with its top-level strings so standardised; a dict key by
-  key, each against its own accepted values (so is each dict of a list of dicts); anything else
-  by Python's equality.
-
-Where honing differs from BFCL (docs/envs.md has the differential's figures):
-
-* parallel calls are paired by a perfect matching; BFCL pairs greedily (each expected call takes
-  the first call that fits), so it rejects orders in which a call fitting two expected calls
-  comes first.
-
-JSON Schema's `number` and `object` (honing's own tools) count as `float` and `dict`; a parameter
-of any other type is compared by value only. Not covered: BFCL's Java and JavaScript type rules
-(those categories are not loaded).
+A call is `{"name": str, "arguments": dict}`; expected calls use BFCL's "possible answer" form,
+`{function_name: {parameter: [accepted values...]}}`. `match_calls` accepts calls when
+`bfcl-eval`'s checker does (tests/tasks/test_bfcl_differential.py runs both on mutations of every
+ground truth of the Python categories), except that parallel calls are paired by a perfect
+matching where BFCL pairs greedily. docs/tasks.md ("The modules in detail") states the rules.
+Not covered: BFCL's Java and JavaScript type rules (those categories are not loaded).
 """
 
 from __future__ import annotations

@@ -1,37 +1,54 @@
 """The trainer layer: learner, weight sync, checkpoints, SFT and the closed loop.
 
-    config      LearnerConfig, LoraSettings
-    batching    batch_from_groups (-> TrainBatch of MicroBatch), micro_batches, drop_zero_variance,
-                pack
-    learner     Learner (.update -> LearnerStats, .logprobs, .weights, .save/.load),
-                check_logprob_match
-    sync        sync_weights (-> SyncReport): in process (state dict), or to servers (safetensors
-                directory or LoRA adapter + reload request), timed and logged
-    checkpoint  save_checkpoint / latest_checkpoint / load_checkpoint: atomic, exact resume
-    sft         SftConfig, run_sft: supervised fine-tuning on chat JSONL (assistant tokens only)
-    traces      tool-use SFT traces from tasks' reference actions played in the real envs
-    run_config  TrainConfig: the YAML of `honing train`
-    sources     task sources of a run; held-out sets kept unseen
-    warm        the warm start of `honing train` (SFT before RL)
-    loop        train(): the closed loop with phases, held-out evals, forgetting, checkpoints
-    rescore     `honing store rescore`: a run's tasks and settings, every trajectory replayed
+    learner, config    Learner (.update, .logprobs, .weights, .save/.load), LearnerConfig
+    batching, sync     groups -> TrainBatch of MicroBatch; sync_weights to the engine or servers
+    checkpoint         save / latest / load checkpoints: atomic, exact resume
+    sft, traces, warm  SFT on chat JSONL, reference-action traces, the warm start of a run
+    run_config, run_dir, sources   TrainConfig (the YAML), the run directory, task sources
+    loop, gains, precision         train(): the closed loop, its held-out accounting, its dtype
+    rescore            `honing store rescore`: every trajectory of a run replayed
 
 Not covered: several PPO epochs per batch, a critic separate from the policy (advantage gae puts a
 value head on the policy's trunk), asynchronous overlap of generation and training,
 multi-process (FSDP) learners.
 """
 
-from honing.trainer.batching import (
-    MicroBatch,
-    TrainBatch,
-    batch_from_groups,
-    drop_zero_variance,
-    micro_batches,
-    pack,
-)
-from honing.trainer.config import AdvantageEstimator, LearnerConfig, LoraSettings
-from honing.trainer.learner import Learner, LearnerStats, MatchReport, check_logprob_match
-from honing.trainer.sync import SyncReport, sync_weights
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from honing.trainer.batching import (
+        MicroBatch,
+        TrainBatch,
+        batch_from_groups,
+        drop_zero_variance,
+        micro_batches,
+        pack,
+    )
+    from honing.trainer.config import AdvantageEstimator, LearnerConfig, LoraSettings
+    from honing.trainer.learner import Learner, LearnerStats, MatchReport, check_logprob_match
+    from honing.trainer.sync import SyncReport, sync_weights
+
+# Loaded on first use, so that the torch-free modules (run_dir, run_config, gains, sources)
+# can be imported without torch: `honing report` and `honing export` read runs through them.
+_HOMES = {
+    "batching": ("MicroBatch", "TrainBatch", "batch_from_groups", "drop_zero_variance",
+                 "micro_batches", "pack"),
+    "config": ("AdvantageEstimator", "LearnerConfig", "LoraSettings"),
+    "learner": ("Learner", "LearnerStats", "MatchReport", "check_logprob_match"),
+    "sync": ("SyncReport", "sync_weights"),
+}  # fmt: skip
+_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'honing.trainer' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"honing.trainer.{module}"), name)
+
 
 __all__ = [
     "AdvantageEstimator",

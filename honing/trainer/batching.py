@@ -5,22 +5,10 @@
     micro_batches        trajectories -> padded micro-batches (no rewards needed: for scoring)
     MicroBatch           one forward pass: ids, attention mask, and next-token targets' tensors
 
-Next-token alignment is done here, once: a micro-batch's `loss_mask`, `behaviour_logprobs` and
-`versions` are [B, T-1] and position t describes the *target* `input_ids[:, t + 1]`, so they line
-up with `logits[:, :-1]` (honing.rl.token_logprobs). Packing sorts sequences by length and fills
-each micro-batch while `rows x longest` stays within the token budget, padding each only to its
-own longest sequence (right padding, so positions are 0..L-1 as in the engine). A row ends at its
-last model token (`trained_length`): what follows it (the environment's last observation) predicts
-nothing trained and, the model being causal, changes no logit before it, so it is not computed.
-
-The reward is the trajectory's "outcome" component: a trajectory without one is an error (a
-missing reward must not become 0). Trajectories that ended for infrastructure reasons or as stale
-are left out before anything else (their reward says nothing about the policy).
-`turn_rewards` reads the process (turn-level) rewards: for each assistant turn, the sum of the
-named reward components of the environment step that followed it, and which turn each token
-belongs to, in the shapes `honing.rl.turn_level_advantages` takes.
-
-Not covered: advantages (the learner calls honing.rl).
+Covered: next-token alignment (done here, once), packing by a token budget, the reward (the
+"outcome" component; a trajectory without one is an error), leaving out infrastructure-failed
+and stale trajectories, and the process rewards per turn (docs/training.md, "The modules in
+detail"). Not covered: advantages (the learner calls honing.rl).
 """
 
 from __future__ import annotations
@@ -31,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from honing.store.records import Ending, Group, Trajectory
+from honing.records import Ending, Group, Trajectory
 
 OUTCOME = "outcome"
 

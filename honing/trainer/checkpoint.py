@@ -1,27 +1,12 @@
 """Training checkpoints: atomic on disk, validated on load, for a bit-exact resume.
 
-    save_checkpoint(run_dir, step, learner, loop_state, keep=2) -> Path
-        run_dir/checkpoints/
-            step-00000012/
-                learner/    Learner.save: weights (or the LoRA adapter), optimiser, LR schedule,
-                            steps, version; with advantage gae the value head and its optimiser
-                            and schedule
-                rng.pt      RngState: python `random`, numpy, torch CPU (and CUDA) generators
-                state.json  the closed loop's state (data cursor, scheduler queue, in-flight
-                            episodes, store offsets), stored as the caller gives it
-                meta.json   format, honing version, step, time, learner config, file sizes
-            LATEST          the name of the newest checkpoint
+    save_checkpoint(run_dir, step, learner, loop_state, keep=2) -> Path   # checkpoints/step-N/
     latest_checkpoint(run_dir) -> Path | None
     load_checkpoint(path, learner) -> LoadedCheckpoint (step, loop state; learner and RNGs restored)
 
-Atomicity: a checkpoint is written into a temporary directory next to its final place, every file
-and the directory are fsynced, the directory is renamed into place (atomic on a POSIX file
-system), and only then is LATEST replaced (write, fsync, os.replace). A process killed at any
-moment leaves the previous checkpoint, or the new one, as the latest: never a half-written one.
-What an interrupted save leaves behind (a `.tmp-…` or `.trash-…` directory) is ignored, and
-removed by the next `latest_checkpoint`. A checkpoint found corrupt on load (a file missing,
-truncated, or unreadable) raises CheckpointError naming the file; deleting that checkpoint's
-directory makes `latest_checkpoint` fall back to the previous one.
+A checkpoint holds the learner (`Learner.save`), the global RNG states, the caller's loop state
+and a manifest; it is written into a temporary directory, fsynced, renamed into place, and only
+then named by LATEST. A corrupt one raises CheckpointError naming the file (docs/training.md).
 
 Not covered: what the loop state means (the closed loop defines and validates it; see
 `LoadedCheckpoint.state`); random generators other than the global ones (a `torch.Generator`

@@ -139,8 +139,9 @@ class LearnerConfig(StrictModel):
     temperature: float = Field(
         1.0,
         ge=0,
-        description="Temperature the logprobs are scored at: must equal the sampling temperature "
-        "(0 is greedy and scored at 1, as the engine does).",
+        description="Temperature the logprobs are scored at: the sampling temperature (0 is "
+        "greedy and scored at 1, as the engine does). honing train takes it from "
+        "agent.temperature, and setting it there is an error.",
     )
     shared_prefix: bool = Field(
         True,

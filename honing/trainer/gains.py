@@ -5,13 +5,9 @@
     gains.line("quickstart", minutes)  the last line of `honing train`
 
 The RL gain is the last evaluation after an update minus the warm start's (the base model's when
-there was no warm start), never minus the base when a warm start ran: SFT's share is not RL's.
-Its 95% interval pairs the same held-out episodes at the two points (Newcombe's hybrid score
-interval, honing.eval.stats); evaluations recorded without per-episode outcomes fall back to the
-interval for independent samples. Infrastructure failures are left out of every rate and counted.
-
-`tag_scores` splits an evaluation by task tag (e.g. `phrasing-unseen`: the held-out tasks worded
-as training never words them).
+there was no warm start), with a paired 95% interval; infrastructure failures are left out of
+every rate and counted (docs/training.md). `tag_scores` splits an evaluation by task tag (e.g.
+`phrasing-unseen`: the held-out tasks worded as training never words them).
 
 Not covered: per-set breakdowns (result.json and the report keep each set's points), evaluations
 between the warm start and the last one (the report draws them).
@@ -25,33 +21,7 @@ from pydantic import Field
 
 from honing.config import StrictModel
 from honing.eval.stats import difference_interval, difference_interval_counts
-
-BEFORE = "before"  # EvalPoint.phase of the evaluation before training
-WARM_START = "warm start"  # ... and of the one after the warm start
-
-
-class EvalPoint(StrictModel):
-    """One held-out set evaluated at one point of the run."""
-
-    step: int  # updates done when it was measured
-    phase: str
-    set: str
-    success: float | None  # end to end; None when no episode could be judged
-    passed: int
-    total: int
-    infra_failed: int
-    seconds: float
-    well_formed: float | None = None  # single step: share of well-formed actions
-    mean_steps: float | None = None  # trajectory: steps per episode
-    recovery: float | None = None  # trajectory: share of episodes with an error that succeeded
-    outcomes: dict[str, bool] = Field(
-        default_factory=dict,
-        description="'TASK#SAMPLE' -> solved, for the judged episodes (pairs two evaluations).",
-    )
-    by_tag: dict[str, tuple[int, int]] = Field(
-        default_factory=dict,
-        description="Task tag -> (passed, judged) over the episodes of the tasks with that tag.",
-    )
+from honing.trainer.run_dir import BEFORE, WARM_START, EvalPoint
 
 
 def tag_scores(

@@ -5,44 +5,13 @@
                           gradient accumulation, clipping, one step; version += 1
       .logprobs(trajs)    teacher-forced token logprobs at the config temperature
       .weights()          name -> tensor for `HFEngine.update_weights` (merged LoRA for LoRA)
-      .save(dir) .load(dir)   trained weights (or the LoRA adapter), optimiser, LR schedule,
-                          counters and the critic, for an exact resume (honing.trainer.checkpoint
-                          makes it atomic)
+      .save(dir) .load(dir)   weights or adapter, optimiser, schedule, counters, the critic
       .critic             advantage gae's value head, optimiser and schedule (`Critic`), or None
     check_logprob_match   engine's behaviour logprobs vs the learner's on the same tokens
 
-The loss is decoupled PPO (honing.rl.decoupled_policy_loss) with one optimiser step per batch:
-the proximal policy is the learner's weights before the step, i.e. the current forward pass
-detached, so the clipped ratio is 1 and the behaviour/proximal gap (stale or partial-rollout
-tokens, engine numerics) is corrected by the capped importance weight alone. Each micro-batch's
-loss is divided by the batch's *global* token (or sequence) count, so the accumulated gradient
-equals the one-big-batch gradient.
-
-Two warnings guard the ways RL runs silently stop learning: every group of an update had equal
-rewards (nothing to learn from), and a zero gradient for several updates in a row. The warning is
-on the gradient, not on the loss: with the ratio at 1 a GRPO loss is -mean(A), which is ~0 by
-construction (advantages are centred per group), so an exactly zero loss alone is not a symptom.
-
-Process rewards (`process_weight` > 0): each assistant turn's process reward (the named components
-of the step after it) is folded into its tokens' advantages by honing.rl.turn_level_advantages,
-on top of the outcome advantage.
-
-Advantage `gae` (PPO with a learned critic, `Critic`): a value head, one zero-initialised linear
-layer on the policy's final hidden states (the LM head's input), predicts a value per model token.
-A head, not a separate critic model: a second model would double an update's compute and memory
-on a CPU; the head adds an H->1 projection to the policy's forward, plus one no-grad forward (no
-LM head) that scores the values before the update (measured: a gae update takes 1.47x a grpo one
-on SmolLM2-135M with LoRA on its top 12 layers, where the backward pass is short). Rewards: the
-outcome on the last model token, `process_weight` x each turn's process reward on the turn's last
-token (honing.rl.token_rewards); GAE steps over model tokens only (observations are skipped), the
-advantages are whitened over the batch's trained tokens, returns = GAE advantages + values. The
-clipped value loss (honing.rl.value_loss) trains the head at full weight with its own AdamW
-(`critic_learning_rate`), schedule and gradient clip; its gradient reaches the shared trunk scaled
-by `value_coef` (0.1, as TRL's shared-trunk value head had: under the one gradient-norm clip a
-larger weight lets the critic crowd out the policy's signal; 0 makes the head a probe).
-
-Not covered: several PPO epochs over one batch (so the value clip never binds, as the ratio is
-1), KL folded into the reward, FSDP; the sync itself is honing.trainer.sync.
+The loss is decoupled PPO (docs/training.md, "The modules in detail": the loss, the warnings,
+process rewards, the critic). Not covered: several PPO epochs over one batch (so the value clip
+never binds), KL folded into the reward, FSDP; the sync itself is honing.trainer.sync.
 """
 
 from __future__ import annotations
@@ -64,6 +33,7 @@ from torch import Tensor
 
 from honing.errors import CheckpointError
 from honing.precision import train_dtype
+from honing.records import Group, Trajectory
 from honing.rl import (
     aggregate,
     decoupled_policy_loss,
@@ -83,7 +53,6 @@ from honing.rl import (
     value_loss,
     whiten,
 )
-from honing.store.records import Group, Trajectory
 from honing.trainer.batching import (
     MicroBatch,
     TrainBatch,

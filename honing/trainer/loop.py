@@ -1,42 +1,17 @@
 """The closed loop of `honing train`: rollouts -> rewards -> store -> update -> weight sync, with
-held-out evaluation, phases, forgetting checks and exact resume (seed §6.2, §6.3).
+held-out evaluation, phases, forgetting checks and exact resume.
 
     result = asyncio.run(train(config))                   # a fresh run into config.out
     result = asyncio.run(train(config, resume=True))      # continue from its latest checkpoint
 
-One update ("step"): the mixer draws `groups_per_step` tasks from the current phase's sources
-(weighted, each source walked in a seeded per-epoch permutation); the scheduler plays `n`
-episodes of each through the token-faithful agent loop (retries, deadlines, priority slots); the
-groups go to the trajectory store (one shard per step) and to `Learner.update`; the new weights
-go to the engine (`sync_weights`). Generation and training alternate (on-policy: one engine and
-one learner share the machine's cores, so overlapping them buys nothing on a CPU).
+One update draws `groups_per_step` tasks (`TaskMixer`), plays `n` episodes of each through the
+scheduler, stores the groups, trains on them and syncs the weights; generation and training
+alternate (on-policy). Held-out sets are evaluated before training, every `eval.every` updates,
+at each phase's end and at the end. The run directory is `honing.trainer.run_dir`'s; the
+events go to its event log (`honing.observe`). docs/training.md describes the loop, the run
+directory and resume (bit-exact with `deterministic: true`).
 
-Held-out sets are evaluated before training, every `eval.every` steps, at each phase's end and at
-the end. After each phase, a held-out set whose success fell more than `forgetting_threshold`
-below its best so far is reported as forgetting.
-
-Run directory:
-    config.yaml          the resolved config          metrics.jsonl   one line per update
-    trajectories/        the store (Parquet)          evals.jsonl     one line per held-out eval
-    checkpoints/         learner + loop state         result.json     the final summary
-    events.jsonl         the event log (every episode, update, sync, eval, checkpoint…)
-    tensorboard/         the metric sinks' files (mlflow/, wandb/ when switched on)
-    warm_start/          the SFT warm-start model, when configured
-
-Observability (honing.observe, docs/observability.md): the run's event log is the current one
-while it runs (`honing.observe.events.use`), so the layers below may emit into it too; each
-update's metrics go to the sinks of `config.observe`; a `RunProgress` shows it live.
-
-Exact resume: a checkpoint holds the learner (weights or adapter, optimiser, schedule), the RNG
-states and the loop state (step, the mixer's cursors, the store's row count, the evaluation
-history). Resuming rewinds the store and the logs (events.jsonl and TensorBoard included) to the
-checkpoint, so the steps after it are
-regenerated: never lost, never doubled. No episode is in flight at a checkpoint (they are taken
-between steps). With `deterministic: true` a resumed run ends with the same weights, bit for bit,
-as an uninterrupted one.
-
-Not covered: asynchronous (off-policy) overlap of generation and training, remote engines for
-rollouts (the loop drives an in-process engine), multi-process learners.
+Not covered: overlapping generation and training, multi-process learners.
 """
 
 from __future__ import annotations
@@ -52,12 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from honing.config import StrictModel
 from honing.envs import registry
-from honing.errors import ConfigError
 from honing.eval.metrics import Episode
 from honing.eval.model import evaluate_engine
 from honing.observe.events import EventLog, emit, truncate_events, use
@@ -75,31 +48,34 @@ from honing.observe.metrics import (
 )
 from honing.observe.progress import RunProgress
 from honing.observe.sinks import MetricSink, close_sinks, log_to, make_sinks
+from honing.records import Trajectory
 from honing.rollout.agent import AgentConfig, Gate, run_episode
 from honing.rollout.engines.base import Engine
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
 from honing.sandbox import PoolUsage, SandboxPool
-from honing.store import TrajectoryWriter, rewind
-from honing.store.records import Trajectory
+from honing.store import TrajectoryWriter
 from honing.tasks.load import AnyTask, TaskSet
 from honing.tasks.synthetic import UNSEEN_TAG
-from honing.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from honing.trainer.gains import BEFORE, WARM_START, EvalPoint, Gains, account, tag_scores
+from honing.trainer.checkpoint import load_checkpoint, save_checkpoint
+from honing.trainer.gains import Gains, account, tag_scores
 from honing.trainer.learner import Learner, LearnerStats, MatchReport, check_logprob_match
 from honing.trainer.precision import MATCH_THRESHOLD, SERVER, RunPrecision, decide
 from honing.trainer.run_config import TrainConfig
+from honing.trainer.run_dir import (
+    BEFORE,
+    EVENTS_FILE,
+    RESULT_FILE,
+    WARM_START,
+    WEIGHTS_DIR,
+    EvalPoint,
+    RunDir,
+    UpdateRecord,
+    numeric_fields,
+)
 from honing.trainer.sources import heldout_sets, load_source
 from honing.trainer.sync import sync_weights
 
 log = logging.getLogger(__name__)
-
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-EVALS_FILE = "evals.jsonl"
-EVENTS_FILE = "events.jsonl"
-WEIGHTS_DIR = "weights"  # staged weights a server engine loads (engine.url)
-RESULT_FILE = "result.json"
-
 
 # -- records -----------------------------------------------------------------------------------
 
@@ -219,62 +195,6 @@ class TaskMixer:
         return out
 
 
-# -- the run directory -------------------------------------------------------------------------
-
-
-def prepare_run_dir(config: TrainConfig, resume: bool) -> Path:
-    run_dir = config.out
-    saved = run_dir / CONFIG_FILE
-    if resume:
-        if not saved.is_file():
-            raise ConfigError(
-                f"{run_dir}: nothing to resume (no {CONFIG_FILE}); start a run with "
-                f"`honing train CONFIG out={run_dir}`"
-            )
-        return run_dir
-    if saved.exists():
-        raise ConfigError(
-            f"{run_dir} already holds a run: continue it with `honing train --resume {run_dir}`, "
-            "or choose another out=DIR"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
-    tmp = saved.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(saved)
-    return run_dir
-
-
-def load_run_config(run_dir: Path) -> TrainConfig:
-    """The config a run was started with (`RUN/config.yaml`)."""
-    from honing.config import load_yaml_model
-
-    return load_yaml_model(run_dir / CONFIG_FILE, TrainConfig)
-
-
-def _append_json(path: Path, record: dict[str, Any]) -> None:
-    with path.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-
-
-def _truncate_log(path: Path, step: int) -> None:
-    """Keep the lines of a JSONL log whose `step` is at most `step` (a resume regenerates the
-    rest); a torn last line from a killed process is dropped too."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if record.get("step", 0) <= step:
-            kept.append(line)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(f"{line}\n" for line in kept))
-    tmp.replace(path)
-
-
 # -- the loop ----------------------------------------------------------------------------------
 
 
@@ -322,12 +242,13 @@ class Trainer:
         self.learner: Learner | None = None  # set by `train` once the starting model is known
         self.pool = pool
         self.state = state
+        self.rundir = RunDir(config.out)
         self.run_dir = config.out
         self.on_step = on_step
         self.on_eval = on_eval
         self.sinks = sinks
         self.progress = progress
-        self.env_config = config.env.model_copy(update={"max_steps": config.agent.max_turns})
+        self.env_config = config.env_config
         self.train_sets = {n: load_source(n, s) for n, s in config.train.items()}
         self.heldout = heldout_sets(config)  # unseen: nothing trained on asks their tasks
         self.mixer = TaskMixer(
@@ -408,7 +329,7 @@ class Trainer:
             )
             points.append(point)
             self.state.evals.append(point)
-            _append_json(self.run_dir / EVALS_FILE, point.model_dump(mode="json"))
+            self.rundir.append_eval(point)
             emit("eval", step, **point.model_dump(mode="json", exclude={"step", "outcomes"}))
             log_to(self.sinks, step, eval_scalars(name, point.success, point.well_formed))
             if self.on_eval is not None:
@@ -505,23 +426,40 @@ class Trainer:
             sync_s=sync.seconds,
             stats=stats,
         )
-        record = {
-            "step": report.step,
-            "phase": report.phase,
-            "sources": report.sources,
-            "episodes": report.episodes,
-            "success_rate": report.success_rate,
-            "reward_mean": report.reward_mean,
-            "infra_errors": report.infra_errors,
-            "rollout_s": report.rollout_s,
-            "update_s": report.update_s,
-            "sync_s": report.sync_s,
-            "learner": {k: getattr(stats, k) for k in stats.__dataclass_fields__},
-            "signal": asdict(signal),
-            "time": time.time(),
-        }
-        _append_json(self.run_dir / METRICS_FILE, record)
-        self._observe(report, trajectories, lags, version, self.pool.usage().since(usage))
+        used = self.pool.usage().since(usage)
+        metrics = update_metrics(
+            trajectories,
+            learner_version=version,
+            learner={k: getattr(stats, k) for k in stats.__dataclass_fields__},
+            timings=Timings(rollout_s=rollout_s, update_s=stats.seconds, sync_s=sync.seconds),
+            busy_fraction=used.busy_fraction,
+        )
+        metrics.scalars.update(signal.scalars())
+        record = UpdateRecord(
+            step=report.step,
+            phase=report.phase,
+            episodes=report.episodes,
+            success_rate=report.success_rate,
+            reward_mean=report.reward_mean,
+            infra_errors=report.infra_errors,
+            rollout_s=report.rollout_s,
+            update_s=report.update_s,
+            sync_s=report.sync_s,
+            learner=numeric_fields(stats),
+            signal=numeric_fields(signal),
+            sources=report.sources,
+            staleness={int(lag): n for lag, n in staleness_counts(lags).items()},
+            tokens_per_s=metrics.scalars.get("throughput/tokens_per_s", 0.0),
+            episodes_per_s=metrics.scalars.get("throughput/episodes_per_s", 0.0),
+            unaided_answers={
+                name.rsplit("/", 1)[-1]: value
+                for name, value in metrics.scalars.items()
+                if name.startswith("train/unaided_answers/domain/")
+            },
+            time=time.time(),
+        )
+        self.rundir.append_update(record)
+        self._observe(record, metrics.scalars, metrics.histograms, used)
         warnings = [signal_warning(self.signals, stats.entropy if stats.stepped else None)]
         if trajectories and judged.infra_failures == len(trajectories):
             warnings.append(
@@ -535,64 +473,33 @@ class Trainer:
 
     def _observe(
         self,
-        r: StepReport,
-        trajectories: Sequence[Trajectory],
-        lags: Sequence[int | None],
-        version: int,
+        record: UpdateRecord,
+        scalars: dict[str, float],
+        histograms: dict[str, list[float]],
         used: PoolUsage,
     ) -> None:
-        """One update's events (update, sandbox), its metrics to the sinks, the live line."""
-        learner = {k: getattr(r.stats, k) for k in r.stats.__dataclass_fields__}
-        metrics = update_metrics(
-            trajectories,
-            learner_version=version,
-            learner=learner,
-            timings=Timings(rollout_s=r.rollout_s, update_s=r.update_s, sync_s=r.sync_s),
-            busy_fraction=used.busy_fraction,
-        )
-        signal = self.signals[-1]
-        metrics.scalars.update(signal.scalars())
-        tokens_per_s = metrics.scalars.get("throughput/tokens_per_s", 0.0)
-        episodes_per_s = metrics.scalars.get("throughput/episodes_per_s", 0.0)
-        emit(
-            "update",
-            r.step,
-            phase=r.phase,
-            episodes=r.episodes,
-            success_rate=r.success_rate,
-            reward_mean=r.reward_mean,
-            infra_errors=r.infra_errors,
-            rollout_s=r.rollout_s,
-            update_s=r.update_s,
-            sync_s=r.sync_s,
-            tokens_per_s=tokens_per_s,
-            episodes_per_s=episodes_per_s,
-            staleness=staleness_counts(lags),
-            learner=learner,
-            signal=asdict(signal),
-            unaided_answers={
-                name.rsplit("/", 1)[-1]: value
-                for name, value in metrics.scalars.items()
-                if name.startswith("train/unaided_answers/domain/")
-            },
-        )
+        """One update's events (update: its record; sandbox), its metrics to the sinks, the live
+        line."""
+        fields = record.to_json()
+        del fields["step"], fields["time"]  # an event has its own
+        emit("update", record.step, **fields)
         emit(
             "sandbox",
-            r.step,
+            record.step,
             cells=used.cells,
             busy_fraction=used.busy_fraction,
             queued=used.queued,
             runs=used.runs,
         )
-        log_to(self.sinks, r.step, metrics.scalars, metrics.histograms)
+        log_to(self.sinks, record.step, scalars, histograms)
         if self.progress is not None:
             self.progress.step(
-                r.step,
-                success=r.success_rate,
-                infra=r.infra_errors,
-                reward=r.reward_mean,
-                tokens_per_s=tokens_per_s,
-                episodes_per_s=episodes_per_s,
+                record.step,
+                success=record.success_rate,
+                infra=record.infra_errors,
+                reward=record.reward_mean,
+                tokens_per_s=record.tokens_per_s or 0.0,
+                episodes_per_s=record.episodes_per_s or 0.0,
             )
 
     def _activity(self, text: str) -> None:
@@ -814,14 +721,15 @@ async def train(
     precision = decide(config)
     config = precision.apply(config)
     log.info("precision: %s", precision.describe())
-    run_dir = prepare_run_dir(config, resume)
+    run = RunDir.prepare(config, resume)
+    run_dir = run.path
     if config.deterministic:
         torch.use_deterministic_algorithms(True)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
+    checkpoint = run.latest_checkpoint() if resume else None
     if checkpoint is None:
         if resume:
             log.info("resuming %s: no checkpoint yet, starting from the beginning", run_dir)
-        _rewind(run_dir, LoopState())
+        _rewind(run, LoopState())
     # The event log and the sinks start where the run continues: its checkpoint, or nothing.
     resumed_at = _checkpoint_step(checkpoint) if checkpoint is not None else 0
     truncate_events(run_dir / EVENTS_FILE, resumed_at if checkpoint is not None else None)
@@ -914,12 +822,12 @@ async def _train(
                     await trainer.evaluate(WARM_START)
             torch.manual_seed(config.seed)  # the adapter's initialisation
             random.seed(config.seed)
-            learner = trainer.learner = Learner(model_path, config.learner)
+            learner = trainer.learner = Learner(model_path, config.learner_config)
             if checkpoint is not None:
                 loaded = load_checkpoint(checkpoint, learner)
                 trainer.state = loaded.state(LoopState)
                 trainer.first_step = trainer.state.step
-                _rewind(run_dir, trainer.state)
+                _rewind(RunDir(run_dir), trainer.state)
                 log.info(
                     "resuming %s at step %d (%s)", run_dir, trainer.state.step, checkpoint.name
                 )
@@ -974,23 +882,8 @@ def _checkpoint_step(checkpoint: Path) -> int:
     return int(checkpoint.name.removeprefix("step-"))
 
 
-def _rewind(run_dir: Path, state: LoopState) -> None:
+def _rewind(run: RunDir, state: LoopState) -> None:
     """Cut the store and the logs back to the checkpoint (or to nothing)."""
-    if (run_dir / "trajectories").is_dir():
-        dropped = rewind(run_dir, state.store_rows)
-        if dropped:
-            log.info("store: %d shard(s) written after the checkpoint removed", dropped)
-    _truncate_log(run_dir / METRICS_FILE, state.step)
-    kept_evals = {(p.step, p.phase, p.set) for p in state.evals}
-    path = run_dir / EVALS_FILE
-    if path.exists():
-        lines = [line for line in path.read_text().splitlines() if _eval_key(line) in kept_evals]
-        path.write_text("".join(f"{line}\n" for line in lines))
-
-
-def _eval_key(line: str) -> tuple[int, str, str] | None:
-    try:
-        record = json.loads(line)
-        return int(record["step"]), str(record["phase"]), str(record["set"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-        return None
+    dropped = run.rewind(state.step, state.store_rows, state.evals)
+    if dropped:
+        log.info("store: %d shard(s) written after the checkpoint removed", dropped)

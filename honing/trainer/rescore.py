@@ -27,21 +27,21 @@ from pathlib import Path
 from typing import Any
 
 from honing import __version__
-from honing.config import SandboxConfig, load_yaml_model, validate_model
+from honing.config import SandboxConfig, validate_model
 from honing.envs import registry
 from honing.envs.base import EnvConfig
 from honing.envs.verifiers import verifier_version
 from honing.errors import ConfigError, HoningError
+from honing.records import Trajectory
 from honing.rollout.agent import AgentConfig
 from honing.rollout.replay import replay
 from honing.sandbox import SandboxPool
 from honing.store.files import Shard, complete_shards
 from honing.store.query import read_shard
-from honing.store.records import Trajectory
 from honing.store.rescore import Rescore, RescoreMeta
 from honing.store.schema import from_table
 from honing.tasks.load import AnyTask, TaskSet, load_tasks
-from honing.trainer.run_config import TrainConfig
+from honing.trainer.run_config import load_saved
 from honing.trainer.sources import load_source
 
 CONFIG_FILE = "config.yaml"  # honing.trainer.loop.CONFIG_FILE (not imported: it loads torch)
@@ -91,8 +91,8 @@ def plan_rescore(
     config_path, rollout_path = run_dir / CONFIG_FILE, run_dir / ROLLOUT_FILE
     settings: dict[str, Any]
     if config_path.is_file():
-        config = load_yaml_model(config_path, TrainConfig)
-        env = config.env.model_copy(update={"max_steps": config.agent.max_turns})
+        config = load_saved(config_path)
+        env = config.env_config
         sandbox = config.sandbox
         settings = {"agent": config.agent.model_dump(mode="json")}
         sources: list[tuple[str, Callable[[], TaskSet]]] = [

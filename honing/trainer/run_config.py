@@ -2,30 +2,39 @@
 
     model: default                     # the policy to train (a directory or a built-in name)
     out: runs/quickstart               # the run directory (store, checkpoints, metrics, evals)
-    train:                             # named training task sources, mixed by weight
-      math: {tasks: synthetic-math, count: 256, seed: 1, weight: 1.0}
-    heldout:                           # named held-out sets, evaluated periodically
-      math: {tasks: synthetic-math, count: 32, seed: 2}
-    phases:                            # optional: curriculum in the same run (seed §6.3)
-      - {name: math, steps: 10, train: [math]}
-      - {name: math+code, steps: 10, train: [math, code]}
-    learner: {...}                     # honing.trainer.config.LearnerConfig
-    agent / engine / eval / checkpoint / warm_start / sandbox / env
-    observe: {tensorboard: true, mlflow: false, wandb: false}   # metric sinks (honing.observe)
+    train: {math: {tasks: synthetic-math, count: 256, seed: 1, weight: 1.0}}   # mixed by weight
+    heldout: {math: {tasks: synthetic-math, count: 32, seed: 2}}   # evaluated periodically
+    phases: [{name: math, steps: 10, train: [math]}, ...]         # optional: a curriculum
+    learner / agent / engine / eval / checkpoint / warm_start / sandbox / env / observe
 
 Covered: the sections, their defaults and validation (errors name the key and what is allowed),
-and the cross-checks between them (a phase naming an unknown source, deterministic mode). Not
-covered: running it (`honing.trainer.loop`).
+the cross-checks between them, the settings one section takes from another (`env_config`,
+`learner_config`), and reading a run's saved config (`load_saved`). Not covered: running it
+(`honing.trainer.loop`); docs/training.md lists every key.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, model_validator
+from pydantic import (
+    Field,
+    FieldSerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_validator,
+)
 
-from honing.config import SandboxConfig, StrictModel
+from honing.config import (
+    SandboxConfig,
+    StrictModel,
+    merge,
+    parse_overrides,
+    read_yaml_mapping,
+    validate_model,
+)
 from honing.envs.base import EnvConfig
 from honing.observe.sinks import ObserveConfig
 from honing.rollout.engines import Dtype
@@ -36,6 +45,10 @@ if TYPE_CHECKING:
     from honing.rollout.agent import AgentConfig
 
 SYNTHETIC_PREFIX = "synthetic-"
+# (section, key) of the settings `honing train` takes from `agent`: `env.max_steps` is
+# `agent.max_turns`, `learner.temperature` is `agent.temperature`. A run's config.yaml leaves
+# them out; one saved before they were derived holds values the run did not play (`load_saved`).
+DERIVED = (("env", "max_steps"), ("learner", "temperature"))
 
 
 class TaskSource(StrictModel):
@@ -229,12 +242,46 @@ class TrainConfig(StrictModel):
                 )
         elif self.steps is None:
             raise ValueError("give steps (the number of updates), or phases with their steps")
-        if self.learner.temperature != self.agent.temperature and self.agent.temperature > 0:
+        if "max_steps" in self.env.model_fields_set and self.env.max_steps != self.agent.max_turns:
             raise ValueError(
-                f"learner.temperature {self.learner.temperature} must equal agent.temperature "
-                f"{self.agent.temperature}: the learner scores tokens at the sampling temperature"
+                f"env.max_steps is {self.env.max_steps} but agent.max_turns is "
+                f"{self.agent.max_turns}: an episode of honing train ends after agent.max_turns "
+                "model turns, and the environment's step limit follows it. Drop env.max_steps "
+                "and set agent.max_turns"
+            )
+        if "temperature" in self.learner.model_fields_set:
+            raise ValueError(
+                f"learner.temperature is {self.learner.temperature}, but honing train takes it "
+                "from agent.temperature: the learner scores tokens at the temperature they were "
+                f"sampled at (here {self.agent.temperature}). Drop learner.temperature and set "
+                "agent.temperature"
             )
         return self
+
+    @field_serializer("env", "learner", mode="wrap")
+    def _without_derived(
+        self,
+        section: StrictModel,
+        handler: SerializerFunctionWrapHandler,
+        info: FieldSerializationInfo,
+    ) -> dict[str, Any]:
+        """A dump (RUN/config.yaml) leaves out what `agent` decides, so that it loads again."""
+        out: dict[str, Any] = handler(section)
+        for name, key in DERIVED:
+            if name == info.field_name:
+                out.pop(key, None)
+        return out
+
+    @property
+    def env_config(self) -> EnvConfig:
+        """`env` as the environments get it: `max_steps` is `agent.max_turns`."""
+        return self.env.model_copy(update={"max_steps": self.agent.max_turns})
+
+    @property
+    def learner_config(self) -> LearnerConfig:
+        """`learner` as the Learner gets it: `temperature` is `agent.temperature`, the one the
+        tokens were sampled at (0, greedy, is scored at 1, as the engine scores it)."""
+        return self.learner.model_copy(update={"temperature": self.agent.temperature})
 
     @property
     def schedule(self) -> list[Phase]:
@@ -274,3 +321,16 @@ class TrainConfig(StrictModel):
             if step < end:
                 return index, phase
         raise IndexError(f"step {step} is past the last phase (total {end} steps)")
+
+
+def load_saved(path: Path, overrides: Sequence[str] | None = None) -> TrainConfig:
+    """A run's saved config (RUN/config.yaml), with `key=value` `overrides` over it. A run saved
+    before `env.max_steps` and `learner.temperature` were derived recorded both, though it played
+    `agent.max_turns` and `agent.temperature`: they are dropped, not checked."""
+    data = read_yaml_mapping(path)
+    for name, key in DERIVED:
+        section = data.get(name)
+        if isinstance(section, dict):
+            section.pop(key, None)
+    merge(data, parse_overrides(overrides or []))
+    return validate_model(TrainConfig, data, source=str(path))

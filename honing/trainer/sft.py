@@ -6,50 +6,11 @@
     seq = tokenize_example(examples[0], ChatFormat.of(tokenizer))
     stats = sft_update(learner, [seq, ...])  # one optimiser step of masked cross-entropy
 
-**Data.** JSONL (or .jsonl.gz, .parquet: whatever `honing.tasks.load.read_rows` reads), one
-example a line: `{"messages": [{"role", "content", "tool_calls"?, "tool_call_id"?, "name"?}, ...],
-"tools"?: [OpenAI tool schemas], "id"?: str}`. A row that is not a valid example stops the run
-with every problem listed (the first 20), each as `FILE:LINE: field 'messages[2].role': ...`; no
-row is ever dropped silently.
-
-**Rendering = the agent loop's.** An example is turned into the messages the agent
-(`honing.rollout.agent`) would have shown the model, so that SFT teaches exactly the format RL
-then samples in: with `tools`, the system message is the agent's (`honing.rollout.chat.
-system_message`: the given system text, or honing's default tool-use prompt, plus the tool
-schemas and the `<tool_call>` call format when the template does not render `tools=` itself);
-structured `tool_calls` become `<tool_call>{json}</tool_call>` text (templates with native tools
-get them as `tool_calls`); `tool` messages stay when the template knows that role, else they merge
-with the user message after them into one `Tool result (name):` message, as
-`observation_messages` does; a system message is folded into the first user message for
-templates without a system role. An example written by `honing.trainer.traces` has the same token
-ids as the agent's trajectory of the same actions (a test proves it).
-
-**Loss mask.** The conversation is tokenised segment by segment, as the agent does: the text
-before each assistant turn (render of `messages[:i]` with the generation prompt, minus what is
-already covered), then the assistant content and the end-of-turn token that closes it (mask 1;
-the engine stops on that token, so the model must learn to write it), the rest of the template's
-end-of-turn marker (a newline) going with the next segment (mask 0). Each render must extend the
-previous one (prefix preservation); a template that rewrites earlier turns is an error that
-names `honing check-template`. Tokens after the last assistant turn are dropped (nothing is
-predicted from them).
-
-**Length.** An example longer than `max_seq_len` tokens is an error by default
-(`overlong: error`, the message lists them); `overlong: truncate` keeps its first `max_seq_len`
-tokens with one warning that counts the assistant tokens lost (an example left without any is
-still an error).
-
-**Update.** `sft_update` is one optimiser step of the mean token cross-entropy over the batch's
-assistant tokens, micro-batched by the learner's `micro_batch_tokens` with each micro-batch's sum
-divided by the batch's *global* token count (so accumulation equals one big batch), gradient
-clipping, AdamW and the learner's schedule; it advances `learner.steps` and `learner.version`
-as `Learner.update` does. The tokens a micro-batch's rows share (the system prompt and the start
-of the task) are run once, their key/value cache repeated for every row (`shared_prefix`, exact,
-as for RL). Of `LearnerConfig` it uses lr, weight_decay, betas, warmup_steps, schedule,
-schedule_steps, max_grad_norm, micro_batch_tokens, shared_prefix, lora and dtype; the RL fields
-are ignored.
-
-Not covered: packing several examples into one row, periodic checkpoints and resume (a run is
-short; the learner's save/load apply to it), evaluation during SFT, multi-GPU.
+Covered: the data format, rendering exactly as the agent loop renders, the loss mask on assistant
+tokens, overlong examples, and the update (docs/training.md, "The modules in detail"). Of
+`LearnerConfig` it uses the optimiser, schedule, batching, LoRA and dtype settings; the RL fields
+are ignored. Not covered: packing several examples into one row, periodic checkpoints and resume
+(a run is short; the learner's save/load apply to it), evaluation during SFT, multi-GPU.
 """
 
 from __future__ import annotations

@@ -5,37 +5,11 @@
                                                           a server: files + a reload request
     SyncReport                                            version, mode, path, tensors, bytes, time
 
-**Modes** (`mode="auto"` picks by what the engine can take):
-
-* `state_dict` — engines that take tensors (`accepts_state_dict`, True unless the engine says
-  otherwise: the hf and scripted engines): `learner.weights()` goes to
-  `engine.update_weights(WeightUpdate(version, state_dict=...))`. For LoRA only the adapted
-  modules' merged weights travel; the frozen rest is already there.
-* `files` — a server (`accepts_state_dict = False`, e.g. `OpenAIEngine`): an HF model directory
-  (safetensors shards, config.json, generation_config.json and the tokenizer's files, from the
-  learner's or else the engine's tokenizer) is written, then `WeightUpdate(version, path=dir)`
-  asks the server to reload it. A LoRA learner writes the *merged* model (W + s·B·A for the
-  adapted modules, the base weights elsewhere), so a server without LoRA support serves it as is.
-* `adapter` — LoRA to a server that hot-loads adapters (`auto` picks it when the engine's
-  `lora_adapters` is set, OpenAIConfig.lora_adapters): the peft adapter directory
-  (adapter_config.json + adapter_model.safetensors, what vLLM's /v1/load_lora_adapter reads), sent
-  with `adapter=True`. Megabytes instead of the whole model.
-
-**Staging.** Files go to `staging/v{version:06d}`, written into a temporary sibling and renamed
-into place, so a server never sees a half-written directory. Weights are written as the learner
-holds them (float32); the server casts on load (vLLM's --dtype). After the server confirmed a
-load, older versions are deleted except the newest `keep - 1` of them (a server may still be
-reading the previous one); versions above the current one (another run's) are left alone. A
-refused reload raises EngineError naming the server's URL (from the engine) and the staged path,
-and the files stay for a retry.
-
-The policy version sent is the learner's, which counts optimiser steps, so it increments on every
-sync that follows an update. One log line per sync: version, mode, MB, seconds (write and load).
-The learner must not step while a sync is in progress (full fine-tune tensors are live views).
-
-Not covered: NCCL/RDMA broadcast to GPU servers (files need a filesystem both sides see), cast to
-bf16 before writing, a sharded (FSDP) learner, unloading old adapters on the server (vLLM evicts
-least-recently-used ones).
+Covered: the three modes (`state_dict`, `files`, `adapter`), atomic staging and pruning, and the
+version sent (docs/training.md, "The modules in detail"). The learner must not step while a sync
+is in progress (full fine-tune tensors are live views). Not covered: NCCL/RDMA broadcast to GPU
+servers (files need a filesystem both sides see), cast to bf16 before writing, a sharded (FSDP)
+learner, unloading old adapters on the server (vLLM evicts least-recently-used ones).
 """
 
 from __future__ import annotations

@@ -3,32 +3,10 @@
     traces = await reference_traces(tasks, pool)              # played, each checked: outcome 1
     await write_traces(tasks, "runs/traces.jsonl", pool)      # the `honing sft` data format
 
-A trace is the conversation the agent loop (`honing.rollout.agent`) would have had, had the model
-written the reference actions itself: the task as the user message (the environment's rendered
-observation), one assistant message per action written in the call format honing's system prompt
-asks for (`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, parsed back with the agent's
-own `parse_action`, same call ids), and after each step the tool results as `tool` messages plus
-the task state as a `user` message (`observation_messages(..., tool_role=True)`; SFT merges them
-for templates without a tool role, as the agent does; `restate=False`: only what changed, as an
-agent with `AgentConfig.restate=False` shows it). The `tools` of the example are the
-environment's; SFT adds the agent's system prompt, so a trace is model-independent and tokenises
-exactly like the agent's trajectory of the same actions.
-
-The actions are the environment's `reference_actions`; for a code-repair task (its `files` hold
-solution.py) that is two turns, so SFT teaches the loop: read_file + run_tests, then the fixed file
-as a ```python block, which the code environment writes and tests.
-
-Every trace is played in the sandbox and must end with outcome 1: a reference that does not solve
-its task is an error listing the tasks (a trace that teaches a wrong answer is worse than none).
-
-**calculator_first** (math): the reference of a math task is only `answer(value)`. With
-`calculator_first=True` (the default), a task whose answer is the value of an arithmetic
-expression that can be read off its prompt — `What is 347 × 86?`, or one of the word problems of
-`honing.tasks.synthetic.generate_math_tasks` (their metadata's `expression`, or the numbers in
-the prompt and the family's operations) — is played as `calculator(expression)` → result →
-`answer(result)`, so that SFT teaches the model to use the calculator. The expression is used
-only when it evaluates exactly to the task's answer; other math tasks keep the plain `answer`.
-
+A trace is the conversation the agent loop would have had, had the model written the reference
+actions itself; it tokenises exactly like the agent's trajectory of the same actions. Every trace
+is played in the sandbox and must end with outcome 1. `calculator_first` plays arithmetic math
+tasks as a calculator call, then the answer (docs/training.md, "The modules in detail").
 Not covered: traces sampled from a model (use rollouts and the store), reasoning text before the
 calls (the assistant messages are calls only, plus whatever content the reference action has).
 """

@@ -21,14 +21,12 @@ from pathlib import Path
 
 from honing.sandbox import SandboxPool
 from honing.trainer.run_config import TrainConfig
+from honing.trainer.run_dir import DONE_FILE, WARM_DIR, RunDir
 from honing.trainer.sft import SftConfig, run_sft
 from honing.trainer.sources import load_source
 from honing.trainer.traces import write_traces
 
 log = logging.getLogger(__name__)
-
-WARM_DIR = "warm_start"
-DONE_FILE = "done.json"
 
 
 async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
@@ -37,15 +35,15 @@ async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
     assert settings is not None
     out = run_dir / WARM_DIR
     done = out / DONE_FILE
-    if done.is_file():
-        model_dir = Path(json.loads(done.read_text())["model_dir"])
+    model_dir = RunDir(run_dir).warm_model()
+    if model_dir is not None:
         log.info("warm start: reusing %s", model_dir)
         return model_dir
     data = settings.data
     if settings.traces is not None:
         taskset = load_source("warm_start", settings.traces)
         data = out / "traces.jsonl"
-        env = config.env.model_copy(update={"max_steps": config.agent.max_turns})
+        env = config.env_config
         async with SandboxPool(config.sandbox) as pool:
             traces = await write_traces(
                 taskset,

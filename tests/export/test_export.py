@@ -29,8 +29,9 @@ from honing.rollout.models import load_tokenizer
 from honing.rollout.saved_agent import SavedAgent, load_agent
 from honing.trainer.checkpoint import latest_checkpoint
 from honing.trainer.learner import Learner
-from honing.trainer.loop import load_run_config, train
+from honing.trainer.loop import train
 from honing.trainer.run_config import TrainConfig
+from honing.trainer.run_dir import RunDir
 
 pytestmark = pytest.mark.dtype  # run again under each forced auto dtype (make test)
 
@@ -122,7 +123,7 @@ def from_pretrained(directory: Path, **kwargs: Any) -> Any:
 
 def learner_logits(run: Path, base: Path) -> torch.Tensor:
     """The logits of the run's latest checkpoint, loaded into a learner by hand."""
-    config = load_run_config(run)
+    config = RunDir(run).config()
     learner = Learner(str(base), config.learner)
     checkpoint = latest_checkpoint(run)
     assert checkpoint is not None

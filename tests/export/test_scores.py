@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from honing.export.card import _cell
 from honing.export.quantize import Comparison, HeldoutScore, Measurement
-from honing.trainer.gains import EvalPoint
+from honing.trainer.run_dir import EvalPoint
 
 
 def measured(label: str, *scores: HeldoutScore) -> Measurement:

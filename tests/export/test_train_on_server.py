@@ -16,8 +16,9 @@ from safetensors.torch import load_file
 
 from honing.export.server import running_server
 from honing.precision import auto_dtype
-from honing.trainer.loop import WEIGHTS_DIR, train
+from honing.trainer.loop import train
 from honing.trainer.run_config import TrainConfig
+from honing.trainer.run_dir import WEIGHTS_DIR
 
 pytestmark = pytest.mark.dtype  # run again under each forced auto dtype (make test)
 

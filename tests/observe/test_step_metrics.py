@@ -20,7 +20,7 @@ from honing.observe.metrics import (
     staleness_counts,
     update_metrics,
 )
-from honing.store.records import Ending, Group, Retry, Trajectory, Turn
+from honing.records import Ending, Group, Retry, Trajectory, Turn
 
 
 def traj(

@@ -15,13 +15,13 @@ import pytest
 
 from honing.envs.base import Action, EnvConfig, FailureReason, Observation, StepInfo, StepResult
 from honing.envs.registry import make_env
+from honing.records import Ending, Trajectory
 from honing.rollout.agent import AgentConfig, Deadlines, InfraFailure, run_episode
 from honing.rollout.chat import ChatFormat, first_messages, observation_messages
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.sandbox import SandboxPool
-from honing.store.records import Ending, Trajectory
 from honing.tasks.load import AnyTask, load_tasks
 
 SAMPLING = SamplingParams(max_new_tokens=128)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pickle
 
 from honing.errors import DeadlineExceeded
+from honing.records import Trajectory
 from honing.rollout.agent import InfraFailure
-from honing.store.records import Trajectory
 
 
 def test_infrastructure_errors_survive_pickling() -> None:

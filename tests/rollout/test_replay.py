@@ -14,13 +14,13 @@ import pytest
 from honing.envs.base import Action, CallOutcome, EnvConfig, FailureReason, ToolCall
 from honing.envs.math import MathEnv
 from honing.envs.registry import make_env
+from honing.records import Ending, Trajectory, Turn
 from honing.rollout.agent import AgentConfig, run_episode
 from honing.rollout.chat import parse_action
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.replay import replay, stored_action
 from honing.sandbox import SandboxPool
-from honing.store.records import Ending, Trajectory, Turn
 from honing.store.rescore import RescoreStatus
 from honing.tasks.schema import MathTask
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from honing.errors import EngineError
+from honing.records import Ending, Group, Retry, Trajectory
 from honing.rollout.agent import Gate, InfraFailure
 from honing.rollout.scheduler import (
     MetricsHooks,
@@ -28,7 +29,6 @@ from honing.rollout.scheduler import (
 )
 from honing.rollout.slots import PrioritySlots
 from honing.sandbox import ExecRequest, SandboxConfig, SandboxPool
-from honing.store.records import Ending, Group, Retry, Trajectory
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import MathTask
 

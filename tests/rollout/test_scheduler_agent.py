@@ -10,12 +10,12 @@ import pytest
 
 from honing.envs.base import EnvConfig
 from honing.envs.registry import make_env
+from honing.records import Ending, Trajectory
 from honing.rollout.agent import AgentConfig, Gate, run_episode
 from honing.rollout.engines.base import Prompt, SamplingParams, WeightUpdate
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.scheduler import EpisodeRunner, Scheduler, SchedulerConfig
 from honing.sandbox import SandboxPool
-from honing.store.records import Ending, Trajectory
 from honing.tasks.load import AnyTask, load_tasks
 
 ANSWER = json.dumps({"name": "answer", "arguments": {"value": "29842"}})

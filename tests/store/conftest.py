@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from honing.store.records import Ending, Retry, Trajectory, Turn
+from honing.records import Ending, Retry, Trajectory, Turn
 
 MakeTrajectory = Callable[..., Trajectory]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from honing.errors import StoreError
+from honing.records import Trajectory
 from honing.store import TrajectoryWriter, read_trajectories, rewind
 from honing.store.files import read_manifest
-from honing.store.records import Trajectory
 
 
 def traj(i: int) -> Trajectory:

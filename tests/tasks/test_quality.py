@@ -6,10 +6,11 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal, cast
 
 import pytest
 
+from honing.errors import ConfigError
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
 from honing.tasks import apply_quality_filter, load_tasks, verify_references
 from honing.tasks.mathcheck import (
@@ -21,6 +22,7 @@ from honing.tasks.mathcheck import (
     number_kind,
 )
 from honing.tasks.quality import code_program
+from honing.tasks.schema import TaskBase
 
 BAD_CODE = {
     "id": "code/add-wrong",
@@ -289,3 +291,19 @@ async def test_all_humaneval_references_pass(pool: SandboxPool) -> None:
     assert found.unverified == []
     assert len(filtered.tasks) == len(found.passed) == 164
     assert filtered.version == taskset.version
+
+
+async def test_a_task_of_a_domain_the_filter_cannot_check_is_an_error_not_dropped() -> None:
+    class ChessTask(TaskBase):
+        domain: Literal["chess"] = "chess"
+
+    class UnusedPool:
+        async def run_many(self, *args: Any, **kwargs: Any) -> list[ExecResult]:
+            raise AssertionError("nothing runs before the domains are known")
+
+    tasks = [ChessTask(id="chess/mate-in-2", prompt="Mate in two.", reference="Qh7+")]
+    with pytest.raises(ConfigError) as caught:
+        await verify_references(cast(Any, tasks), cast(SandboxPool, UnusedPool()))
+    message = str(caught.value)
+    assert "'chess/mate-in-2'" in message and "'chess'" in message
+    assert "code, math, tools, sql" in message

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from honing.store.records import Ending, Group, Trajectory
+from honing.records import Ending, Group, Trajectory
 from honing.trainer import batch_from_groups, drop_zero_variance, pack
 from honing.trainer.batching import micro_batches, trained_length
 

@@ -20,7 +20,7 @@ from learner_helpers import PROMPTS, trajectory
 from pydantic import BaseModel
 
 from honing.errors import CheckpointError
-from honing.store.records import Group
+from honing.records import Group
 from honing.trainer import (
     AdvantageEstimator,
     Learner,

@@ -20,6 +20,7 @@ from honing.envs import registry
 from honing.envs.base import CallOutcome, ToolCall
 from honing.envs.math import MathEnv, calculate
 from honing.envs.verifiers import verifier_version
+from honing.records import Ending
 from honing.rollout.agent import AgentConfig
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.scripted import ScriptedEngine
@@ -27,7 +28,6 @@ from honing.rollout.models import load_tokenizer
 from honing.rollout.offline import rollout
 from honing.sandbox import SandboxConfig, SandboxPool
 from honing.store import TrajectoryWriter, read_trajectories
-from honing.store.records import Ending
 from honing.store.rescore import RescoreStatus, read_rescores, rescore_dirs
 from honing.tasks.load import load_tasks
 from honing.tasks.schema import MathTask

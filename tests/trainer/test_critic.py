@@ -14,7 +14,7 @@ from learner_helpers import PROMPTS, trajectory
 from honing.config import validate_model
 from honing.errors import ConfigError
 from honing.observe.metrics import Timings, update_metrics
-from honing.store.records import Group, Trajectory, Turn
+from honing.records import Group, Trajectory, Turn
 from honing.trainer import Learner, LearnerConfig, LoraSettings
 from honing.trainer.run_config import TrainConfig
 

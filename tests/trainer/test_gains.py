@@ -4,7 +4,8 @@ interval over the same episodes, n and infrastructure failures; expected values 
 from __future__ import annotations
 
 from honing.eval.stats import difference_interval, difference_interval_counts
-from honing.trainer.gains import BEFORE, WARM_START, EvalPoint, account
+from honing.trainer.gains import account
+from honing.trainer.run_dir import BEFORE, WARM_START, EvalPoint
 
 
 def point(

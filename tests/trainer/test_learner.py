@@ -11,10 +11,10 @@ import torch
 from learner_helpers import PROMPTS, trajectory
 
 from honing.precision import auto_dtype
+from honing.records import Group, Trajectory
 from honing.rl import Aggregation
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.hf import HFEngine
-from honing.store.records import Group, Trajectory
 from honing.trainer import (
     Learner,
     LearnerConfig,

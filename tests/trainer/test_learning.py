@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from honing.records import Group, Trajectory
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.hf import HFEngine
 from honing.rollout.models import load_tokenizer
-from honing.store.records import Group, Trajectory
 from honing.trainer import Learner, LearnerConfig, sync_weights
 
 UPDATES = 6

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from honing.store.records import Group, Trajectory, Turn
+from honing.records import Group, Trajectory, Turn
 from honing.trainer.batching import turn_rewards
 from honing.trainer.config import LearnerConfig
 from honing.trainer.learner import Learner

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from honing.observe.report import headline, load_run
+from honing.report import headline, load_run
 from honing.rollout.engines.hf import HFEngine
 from honing.trainer.loop import train
 from honing.trainer.precision import MATCH_THRESHOLD

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from honing.store.records import Group, Trajectory
+from honing.records import Group, Trajectory
 from honing.trainer.batching import micro_batches
 from honing.trainer.config import LearnerConfig, LoraSettings
 from honing.trainer.learner import Learner

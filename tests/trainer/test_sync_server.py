@@ -14,9 +14,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from honing.errors import EngineError
+from honing.records import Group, Trajectory
 from honing.rollout.engines.openai import OpenAIConfig, OpenAIEngine
 from honing.rollout.engines.scripted import ScriptedEngine
-from honing.store.records import Group, Trajectory
 from honing.trainer import Learner, LearnerConfig, LoraSettings, sync_weights
 
 pytestmark = pytest.mark.dtype  # run again under each forced auto dtype (make test)

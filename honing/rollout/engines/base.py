@@ -5,20 +5,10 @@
     gen.token_ids, gen.text, gen.logprobs, gen.finish_reason, gen.versions
     await engine.update_weights(WeightUpdate(version=3, state_dict=...))
 
-* A `Prompt` is either **token ids** (the token-faithful path: the agent loop renders the chat
-  template itself and the engine continues exactly those ids) or **chat messages** (engines that
-  only speak chat, such as a remote OpenAI-compatible server without a tokenizer here). An engine
-  says which it takes with `accepts_tokens`.
-* `generate` takes a batch and answers one `Generation` per prompt, in order. Engines batch across
-  concurrent calls too, so the scheduler may call it once per episode turn.
-* Every generated token carries the **policy version** that produced it (`Generation.versions`):
-  an update that lands while a sequence is being decoded applies from the next token on (partial
-  rollouts), and the sequence's tokens say which weights made them.
-* Failures of the engine itself raise `EngineError` (or `WorkerLost` for a dead remote worker):
-  infrastructure, which the scheduler may retry. A model that writes nonsense is not an error.
-
-Not covered here: the engines themselves (one module each beside this one) and the agent loop
-that turns generations into actions.
+Covered: prompts as token ids or chat messages (`accepts_tokens`), one `Generation` per prompt,
+the policy version of every token, and `EngineError` / `WorkerLost` for the engine's own
+failures (docs/rollout.md, "The modules in detail"). Not covered: the engines themselves (one
+module each beside this one) and the agent loop that turns generations into actions.
 """
 
 from __future__ import annotations

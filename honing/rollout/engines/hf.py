@@ -5,64 +5,11 @@
         [gen] = await engine.generate([Prompt(token_ids=ids)], SamplingParams(max_new_tokens=64))
         await engine.update_weights(WeightUpdate(version=1, state_dict=learner.state_dict()))
 
-**Decode loop.** One worker thread owns the model and runs the loop (torch releases the GIL, so
-the asyncio loop stays responsive). Between decode steps it applies a pending weight update,
-admits waiting sequences into free slots (one right-padded prefill for those admitted together,
-up to PREFILL_TOKENS tokens with their shared prefix counted once; it also samples their first
-token), then advances every active sequence by one token in one
-batched step, retires finished ones and resolves their futures. Concurrent `generate` calls from
-many episodes therefore share decode steps. The model's forward is `llama_decode.LlamaDecoder`
-for Llama-family models (its own step over a static per-slot KV cache; the fast path) and the HF
-forward, one sequence at a time, for anything else.
-
-**Sampling**, per request: temperature (0 = greedy), top-k, top-p, and a seed — each request
-draws from its own `torch.Generator` (one uniform per token, inverse-CDF over the filtered
-distribution), so a seeded request gives the same tokens whatever else shares its batch (up to
-floating-point differences of batched matmuls). Unseeded requests draw seeds from the engine's
-`seed`.
-
-**Logprobs** (what a learner compares its own against): `logprobs[i]` is the log-probability of
-`token_ids[i]` under `log_softmax(logits / temperature)` — temperature-scaled, *before* top-k/top-p
-filtering — and under `log_softmax(logits)` when the temperature is 0 (greedy).
-
-**Ending.** A sequence ends on an end-of-sequence id (the tokenizer's, the config's and the
-generation config's; the id is kept as the last of `token_ids`), when the decoded tail contains a
-stop string (kept in the text; finish STOP), or after `max_new_tokens` or when prompt + completion
-reach `max_len` (finish LENGTH; a prompt that already fills `max_len` gives an empty LENGTH
-completion). `text` is `decode(token_ids, skip_special_tokens=True)`.
-
-**Prefix cache** (`prefix_cache=True`, the Llama fast path only). A multi-turn episode calls
-again with the whole conversation so far (the previous prompt + completion + the observation),
-so a finished sequence keeps its KV in its slot, which becomes *cached*: reusable until a
-sequence needs the slot (cached slots are given up least recently used first; active sequences
-always win). A cached slot holds the KV of its prompt and completion less the last sampled token
-(never fed back). A new prompt takes the cached slot sharing its longest prefix (a prompt that
-diverges in the middle of one reuses only the part before the divergence; it keeps at least its
-last token to run) and prefills only the rest, at the right positions; the slot is used in place
-when it is among those being filled, else its KV is copied. `stats` counts the prompt tokens
-prefilled and those taken from the cache. An update of the weights drops every cached slot, and
-a sequence in flight across an update is not cached when it ends: turns after it are prefilled
-with the new weights (only sequences in flight keep old KV, below).
-
-**Weights.** `update_weights` copies a state dict (HF parameter names, any subset) or the
-safetensors files of a directory into the model, between two decode steps, never in one; fused
-copies are rebuilt. From the next token on `version` is the update's, and `Generation.versions`
-says which version made each token. A sequence in flight continues with the new weights and keeps
-its KV cache, computed by the old ones (partial rollouts, as AReaL does; the learner sees the
-versions and decides how stale is too stale).
-
-**Failures.** Invalid prompts, a call after `close()`, an update that names unknown parameters
-or wrong shapes, and any exception inside the decode loop raise `EngineError` in the callers
-concerned (a failed step fails the sequences it held; the loop goes on). `close()` stops the
-thread; sequences still in flight are answered with what they have and finish ABORT. Cancelling
-a `generate` call frees its slots at the next step.
-
-**Streaming.** `generate(..., on_token=callback)` calls `callback(i, token_id, logprob, logits)`
-on the decode thread for every token sampled for prompt `i`, as it is sampled (before the
-sequence's future resolves): `logits` is the row it was sampled from (before temperature), for
-top-logprobs. The callback must be quick and must not block (hand the values to another thread,
-e.g. `loop.call_soon_threadsafe`); if it raises, that sequence fails with EngineError.
-
+Covered: one decode thread that batches every concurrent `generate` call (Llama-family models
+through `llama_decode.LlamaDecoder`, others through the HF forward), seeded sampling per request,
+logprobs under `log_softmax(logits / temperature)` before top-k/top-p, stop strings, a prefix
+cache across an episode's turns, weight updates between decode steps (partial rollouts),
+streaming, and EngineError for every failure; docs/rollout.md ("The modules in detail") says how.
 Not covered: LoRA adapters (merge first), prefix caching on the generic path, tensor
 parallelism, speculative decoding, quantised weights.
 """

@@ -6,46 +6,12 @@
     decoder.move(src, dst, length)                           # compact the batch
     decoder.refresh()                                        # after the weights changed
 
-Slots 0..n-1 are the sequences being decoded; the engine keeps them compact (a finished
-sequence's slot is refilled from the last one with `move`), so a step only touches views of the
-cache, never gathers. Slots n.. are free to the engine: `LlamaDecoder` lets it keep finished
-sequences' KV there (its prefix cache across calls) — `prefill(first_slot, prompts, starts)`
-continues prompts whose first `starts[i]` positions are already in their slot, and `copy` moves
-cached KV between slots (all reads before any write, so a swap is two moves).
-
-* `LlamaDecoder` — the fast path, for Llama-family models (LlamaForCausalLM: RMSNorm, rotary,
-  grouped-query attention, SiLU MLP; SmolLM2 is one). Its own forward reads the HF module's
-  weight tensors; it keeps fused copies of the q/k/v and gate/up projections (one matmul each
-  instead of three and two; `refresh()` rebuilds them). The KV cache is static per slot,
-  `[layers, slots, kv_heads, capacity, head_dim]`, grown by doubling up to `max_len` (so a short
-  workload does not reserve memory for the longest context). Each row has its own position;
-  attention of a decode step is a masked matmul over the longest active prefix, with the query
-  heads grouped per KV head (no repeated K/V). Rotary cos/sin come from the model's own rotary
-  module once, as a table over all positions (so rope scaling types with a static table work).
-  On CPU the projections run as oneDNN linears over weights reordered once into its blocked
-  layout (`make_linear`). A prefix shared by a whole prefill batch (the system prompt; the whole
-  prompt for the n samples of one task) is computed once (or not at all, when one row already
-  holds it) and its KV copied to every slot. The rest of a prefill batch runs as one pass, each
-  row at its own positions with its own causal mask: the projections and the MLP over the rows'
-  real tokens packed end to end, attention per row (right-padded to the longest).
-  Shared-prefix reads ("cascade attention"): the decoder keeps one copy of the KV of a prefix
-  every active row shares (the system prompt; taken at a prefill, when the active rows' common
-  prefix is longer than what they share with the copy) and knows how many leading positions of
-  each slot equal it (same tokens, same weights; `move`/`copy` carry that). A decode step scores
-  all rows' queries against those P keys in one matmul (one read of them, not one per row) and
-  each row's own positions P.. as before, under one softmax. Not used when some active row shares
-  fewer than MIN_SHARED_READ positions with the copy: two system prompts in one batch, or after a
-  weight update until the rows then in flight (they keep reading the old copy; new prompts do not
-  match it) are done and a prefill takes a new one.
-  Where the time goes (SmolLM2-135M, fp32, batch 32, 2 AVX2 cores): ~75% in those matmuls
-  (8.6 GFLOP a step, ~35 GF/s a core at this batch size), ~10% attention, the rest elementwise
-  ops and Python (~600 torch calls a step).
-* `GenericDecoder` — any other causal LM: the HF forward with its own cache, one sequence at a
-  time. Correct, not fast.
-
-Not covered: sampling, stopping, scheduling, which KV a slot holds (the engine, `hf.py`);
-prefix reuse on the generic path; sliding-window attention, biases in the projections, dynamic
-rope scaling, quantised weights (torchao int8: those models take the generic path).
+Covered: `LlamaDecoder`, the fast path for Llama-family models (its own forward, fused
+projections, a static KV cache per slot that keeps finished sequences for the prefix cache, shared
+prefixes computed and read once), and `GenericDecoder`, the HF forward one sequence at a time
+for any other causal LM (docs/rollout.md, "The modules in detail"). Not covered: sampling,
+stopping, scheduling, which KV a slot holds (the engine, `hf.py`); prefix reuse on the generic
+path; sliding-window attention, biases in the projections, dynamic rope scaling, quantised weights.
 """
 
 from __future__ import annotations

@@ -4,50 +4,11 @@
     [gen] = await engine.generate([Prompt(messages=msgs, tools=tools)], SamplingParams())
     await engine.update_weights(WeightUpdate(version=3, path="/ckpt/v3", adapter=True))
 
-**Two modes, chosen per prompt.**
-
-* Chat (`Prompt(messages=..., tools=...)`): `POST /v1/chat/completions` with the tools,
-  `logprobs: true, top_logprobs: 0`, temperature, top_p, max_tokens, stop and seed. The server
-  applies the chat template and, when it has a tool parser, parses the calls: they come back as
-  `Generation.tool_calls` (OpenAI shape), and finish reason `tool_calls` maps to STOP.
-* Tokens (`Prompt(token_ids=...)`): `POST /v1/completions` with the prompt as a list of ints
-  (vLLM and SGLang accept it) and `logprobs: 1`. The engine is a token engine
-  (`accepts_tokens` True) when it is built with the model's tokenizer.
-
-**Token ids.** With `vllm_extras` (the default) every request also sends, in the body,
-`return_token_ids: true` (vLLM ≥ 0.10.2 then answers `token_ids` on the choice and
-`prompt_token_ids`), `include_stop_str_in_output: true` (honing keeps stop strings in the text) and
-`top_k`. Where the server sends no ids, they are read from logprob tokens of the form
-`token_id:123` (vLLM's `--return-tokens-as-token-ids`). **Token-faithful training against a remote
-server needs one of the two**: a completion without ids raises EngineError in token mode, unless
-`retokenize` is set (re-encoding the text, which can drift from what the model sampled). In chat
-mode a reply without ids is fine: `token_ids` stays empty and `versions` has one entry per
-completion token the server counted.
-
-**Failures.** Connection errors, timeouts (`timeout_s` per request), HTTP 408/409/429 and 5xx are
-retried `retries` times with exponential backoff and jitter; other 4xx answers are the caller's
-fault and raise EngineError at once. Every EngineError names the URL, the HTTP status and what to
-check. At most `max_concurrency` requests are in flight; a batch is sent as one request per
-prompt, concurrently (the server batches them continuously).
-
-**Weights: the reload contract** (vLLM's endpoints, and what honing's own server implements).
-`version` is the policy version this client believes the server serves; a generation's tokens are
-tagged with the version current when its request was sent. `update_weights(update)` needs
-`update.path` (a remote server cannot take a state dict):
-
-* `update.adapter` → `POST {root}{lora_load_path}` (default `/v1/load_lora_adapter`, vLLM's LoRA
-  hot-load, server started with `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`),
-  body `{"lora_name": name, "lora_path": path}`; `name` is `update.extra["lora_name"]` or
-  `honing-v{version}`, and later requests ask for that adapter as their `model`. Adapters are not
-  unloaded here: the server evicts least-recently-used ones.
-* otherwise → `POST {root}{reload_path}` (default `/reload_weights`), body
-  `{"path": path, "version": version}`, answered 2xx once the new weights serve.
-
-`{root}` is `base_url` without a trailing `/v1`. The engine says `accepts_state_dict = False`,
-and `lora_adapters` (from the config) when the server hot-loads adapters: honing.trainer.sync
-reads both to choose what to write. A refusal raises EngineError with the server's
-answer; the version changes only after a 2xx.
-
+Covered: chat prompts (`/v1/chat/completions`, the server's tool parser) and token prompts
+(`/v1/completions` with token-id prompts), the token ids a server returns (token-faithful
+training against a remote server needs them), retries with backoff on connection errors, 408,
+409, 429 and 5xx, and the weight reload contract (`/reload_weights`, vLLM's LoRA hot-load).
+docs/rollout.md ("The modules in detail") gives the request bodies and the rules.
 Not covered: streaming, n > 1 per request, prompt logprobs, SGLang's native `/generate` API.
 """
 

@@ -5,38 +5,11 @@
     [gen] = await engine.generate([Prompt(token_ids=ids)], SamplingParams(max_new_tokens=64))
     engine.stats.busy_fraction
 
-**Responses.** `respond(prompt, call_index) -> text` (or a sequence of texts, cycled); `call_index`
-counts prompts across all calls, in submission order. With `by_seed=True` the second argument
-is the request's `SamplingParams.seed` (0 when unset) instead: the same request gets the same
-text in any order and across processes (deterministic training runs). With a tokenizer the
-engine is a token engine (`accepts_tokens` True): the completion is
-`encode(text, add_special_tokens=False) + [eos]`, cut at the first token whose decoded prefix
-contains a stop string (kept, finish STOP) or at
-`max_new_tokens` (finish LENGTH); `text` is the decode of the kept ids. Logprobs are a fixed
-function of (token id, position). Without a tokenizer it is a chat engine (`accepts_tokens`
-False): text only, `token_ids` and `logprobs` empty, stop strings cut the text, and a *simulated
-token* is 4 characters (for `max_new_tokens`, the latency model and `versions`, which has one
-entry per simulated token). If a chat completion's text is a JSON object `{"name": str,
-"arguments": {...}}` or a list of them, `tool_calls` is also filled in the OpenAI shape (the text
-is kept as is), as a server with a tool parser would.
-
-**Latency model.** A simulated server decodes up to `slots` sequences together: one decode step
-costs `per_token_s` and advances every active sequence by one token; a sequence admitted into a
-free slot adds `prefill_per_token_s * prompt tokens` to the step it joins (delaying the whole
-batch, as chunked prefill does); requests beyond `slots` wait in a FIFO queue. It is an
-event-driven simulation on the running asyncio loop: no background task, no per-step sleeping;
-the state advances analytically to "now" whenever something happens (a request, a weight update,
-a cancellation) and one loop timer wakes it at the next sequence completion. With zero costs (or
-no latency model) `generate` answers without awaiting anything at all.
-
-**Versions.** `update_weights` sets the version; tokens produced by decode steps after the update
-carry the new version, also for sequences in flight (partial rollouts).
-
-**Failure injection.** `fail_on(prompt, call_index)` true → that call raises `EngineError`;
-`hang_on(prompt, call_index)` true → that call never returns (until cancelled or `close()`).
-A cancelled call leaves its slot or queue place at once.
-
-Not covered: sampling (the text is the script's), real tokenisation costs, KV-cache memory limits.
+Covered: scripted responses (by call index, or by seed for deterministic runs), a token engine
+with a tokenizer and a chat engine without one, an event-driven latency model of a
+continuous-batching server, versions across weight updates, and failure and hang injection
+(docs/rollout.md, "The modules in detail"). Not covered: sampling (the text is the script's),
+real tokenisation costs, KV-cache memory limits.
 """
 
 from __future__ import annotations

@@ -4,16 +4,14 @@
     engine = RayEngine(EngineSpec.scripted(...), config.engine)     # an Engine
     envs = RayEnvWorkers(SandboxConfig(...), config.env)            # envs.env() -> RemoteEnv
     Scheduler(run, ..., engine_workers=engine, env_workers=envs)    # both are ElasticWorkers
-
     async with RayBackend(config, spec, SandboxConfig()) as backend:   # all of the above
         async with backend.scheduler(agent_config, SchedulerConfig()) as scheduler: ...
 
 Layout: `config` (RayConfig, WorkerSetConfig, connect), `actors` (the supervised, elastic actor
 set both kinds share), `engine` (EngineSpec, EngineHost, RayEngine), `env` (EnvHost,
-RayEnvWorkers, RemoteEnv), `backend` (RayBackend: the lot, wired to the scheduler).
-Failure semantics and multi-node use: docs/scaling.md.
-
-Importing this package imports Ray (the `ray` extra); nothing else in honing does.
+RayEnvWorkers, RemoteEnv), `backend` (RayBackend: the lot, wired to the scheduler). Failure
+semantics and multi-node use: docs/scaling.md. Importing this package imports Ray (the `ray`
+extra); nothing else in honing does.
 """
 
 from honing.rollout.ray.actors import ActorSet, Worker, WorkerState

@@ -7,18 +7,10 @@
     finally: workers.release(worker, load=1)
     await workers.resize(4); await workers.close()
 
-* **Calls** are `await ref` on the driver's event loop: nothing blocks it. An error raised by
-  the actor's method comes back as itself (not wrapped in Ray's `RayTaskError`). Cancelling a
-  call (a deadline) cancels the actor's task too.
-* **Death**: an actor that dies — killed, its node lost, out of memory — fails the calls it
-  holds with `WorkerLost`, is dropped, and is **replaced** by a fresh actor placed wherever Ray
-  finds the resources, so the set recovers its size. Each actor also holds one call that never
-  returns (`watch`), so a death is noticed even while the actor is idle.
-* **Elastic**: `size` is the target; `resize(n)` starts actors (returning once they serve) or
-  drains some: a draining actor takes no new work and is stopped once its load is 0.
-
-The hosted class must define `async start()`, `async watch()` (never returns) and
-`async stop()`. Not covered: what the actors host (`engine.py`, `env.py` beside this one).
+Covered: non-blocking calls whose errors come back as themselves, dead actors replaced (their
+calls fail with `WorkerLost`), and resizing (docs/scaling.md, "The modules in detail"). The
+hosted class must define `async start()`, `async watch()` (never returns) and `async stop()`.
+Not covered: what the actors host (`engine.py`, `env.py` beside this one).
 """
 
 from __future__ import annotations

@@ -16,12 +16,12 @@ import asyncio
 
 from honing.config import SandboxConfig
 from honing.envs.base import EnvConfig
+from honing.records import Trajectory
 from honing.rollout.agent import AgentConfig, Gate, run_episode
 from honing.rollout.ray.config import RayConfig, connect
 from honing.rollout.ray.engine import EngineSpec, RayEngine
 from honing.rollout.ray.env import RayEnvWorkers
 from honing.rollout.scheduler import EpisodeRunner, MetricsHooks, Scheduler, SchedulerConfig
-from honing.store.records import Trajectory
 from honing.tasks.load import AnyTask
 
 

@@ -5,20 +5,11 @@
         [gen] = await engine.generate([Prompt(token_ids=ids)], SamplingParams())
         await engine.update_weights(WeightUpdate(version=1, path=...))
 
-* An `EngineSpec` is a picklable recipe (`build()` → an Engine), run inside each actor: the
-  model is loaded on the worker's node, never shipped from the driver.
-* `generate` goes to the **least loaded** live actor (prompts in flight). `update_weights` goes
-  to **every** actor, the update put once in Ray's object store; an actor started later (a
-  replacement, or growth) gets the latest update before it takes work, so all actors serve one
-  policy version.
-* A **token engine** (`accepts_tokens`) sends its tokenizer to the driver once, so the agent
-  loop renders chat templates locally and only token ids travel.
-* An actor that dies during a call raises `WorkerLost` (infrastructure: the scheduler retries the
-  episode; the dead actor is replaced). `EngineError` raised by an engine comes back as itself.
-
-Not covered: the engines (`honing.rollout.engines`) and placement beyond per-actor resource
-requests (one engine that spans GPUs is a vLLM/SGLang server behind the `openai` engine; see
-docs/scaling.md).
+Covered: picklable engine recipes built on the worker, least-loaded routing, weight updates to
+every actor (one policy version), tokenizers sent once, and `WorkerLost` for a dead actor
+(docs/scaling.md, "The modules in detail"). Not covered: the engines (`honing.rollout.engines`)
+and placement beyond per-actor resource requests (one engine that spans GPUs is a vLLM/SGLang
+server behind the `openai` engine; see docs/scaling.md).
 """
 
 from __future__ import annotations

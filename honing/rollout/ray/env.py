@@ -5,17 +5,10 @@
         obs = await env.reset(task)          # placed on the least loaded actor (open episodes)
         result = await env.step(action); ...; await env.close()
 
-* A `RemoteEnv` satisfies the agent loop's `EnvLike` (reset / step / reject / close / done); the
-  actor builds the environment with `honing.envs.registry.make_env(task.domain, ...)` and keeps
-  it under the episode's id until `close`.
-* An actor that dies mid-episode makes `reset`/`step`/`reject` raise `WorkerLost`: the agent
-  loop reports an infrastructure failure and the scheduler runs the whole episode again with a
-  new `RemoteEnv` — on another actor, since the dead one is gone and replaced. The lost
-  episode's state died with its actor; nothing of it is resumed, so nothing is counted twice.
-* Sandbox cells are children of the actor (bubblewrap `--die-with-parent`): a killed actor
-  leaves no cell behind.
-
-Not covered: the environments and sandbox themselves (`honing.envs`, `honing.sandbox`).
+Covered: `RemoteEnv` (the agent loop's `EnvLike`), an episode whose actor dies raising
+`WorkerLost` so the scheduler runs it again elsewhere, and cells that die with their actor
+(docs/scaling.md, "The modules in detail"). Not covered: the environments and sandbox
+themselves (`honing.envs`, `honing.sandbox`).
 """
 
 from __future__ import annotations

@@ -1,52 +1,43 @@
 """Reading a run directory into the records the report shows: `load_run(run_dir) -> RunData`.
 
 Sources, best first: `events.jsonl` (the run's event log, see honing.observe), then `metrics.jsonl`,
-`evals.jsonl`, `result.json`, `config.yaml`, `warm_start/done.json` and the trajectory store. What
-was not recorded goes into `RunData.notes` with the reason; only a directory that is not a run, or
-a damaged log, raises `ConfigError`.
+`evals.jsonl`, `result.json`, `config.yaml`, `warm_start/done.json` and the trajectory store, all
+read through their owner, `honing.trainer.run_dir` (and its records: `UpdateRecord` per update,
+`EvalPoint` per held-out evaluation). What was not recorded goes into `RunData.notes` with the
+reason; only a directory that is not a run, or a damaged log, raises `ConfigError`.
 
-Not covered: how any of it is drawn or worded (honing.observe.report.page and .charts).
+Not covered: how any of it is drawn or worded (honing.report.page and .charts).
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from honing.errors import ConfigError, StoreError
 from honing.observe.events import read_events
 from honing.store import Trajectory, read_trajectories
-
-RUN_FILES = ("config.yaml", "events.jsonl", "metrics.jsonl", "evals.jsonl", "result.json")
-BEFORE, WARM_START = "before", "warm start"  # the phase names of the step-0 evaluations
-
+from honing.trainer.run_dir import (
+    CONFIG_FILE,
+    DONE_FILE,
+    EVALS_FILE,
+    EVENTS_FILE,
+    METRICS_FILE,
+    RESULT_FILE,
+    RUN_FILES,
+    STORE_DIR,
+    WARM_DIR,
+    EvalPoint,
+    UpdateRecord,
+    read_json,
+    read_jsonl,
+    read_yaml,
+)
 
 # -- records ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class UpdatePoint:
-    """One update (training step), from `events.jsonl` or `metrics.jsonl`."""
-
-    step: int  # 1-based: updates done after it
-    phase: str
-    episodes: int
-    success_rate: float | None  # infra failures left out; None when nothing could be judged
-    reward_mean: float | None  # the same
-    infra_errors: int
-    rollout_s: float
-    update_s: float
-    sync_s: float
-    learner: dict[str, float]  # the numeric LearnerStats fields
-    staleness: dict[int, int]  # lag -> trajectories; empty when the log did not record it
-    time: float | None  # unix time it was logged
-    signal: dict[str, float] = field(default_factory=dict)  # honing.observe.metrics.Signal
 
 
 @dataclass(frozen=True)
@@ -87,25 +78,6 @@ class EpisodePoint:
 
 
 @dataclass(frozen=True)
-class EvalRow:
-    """One held-out set evaluated at one point (an `EvalPoint` of honing.trainer.loop)."""
-
-    step: int
-    phase: str
-    set: str
-    success: float | None
-    passed: int
-    total: int
-    infra_failed: int
-    seconds: float
-    well_formed: float | None
-
-    @property
-    def label(self) -> str:
-        return self.phase if self.step == 0 else f"update {self.step}"
-
-
-@dataclass(frozen=True)
 class RunInfo:
     name: str
     model: str
@@ -128,9 +100,9 @@ class RunData:
 
     run_dir: Path
     info: RunInfo
-    updates: list[UpdatePoint]
+    updates: list[UpdateRecord]
     episodes: list[EpisodePoint]
-    evals: list[EvalRow]
+    evals: list[EvalPoint]
     trajectories: list[tuple[int, Trajectory]]  # (update step, trajectory) for the samples
     sources: list[str] = field(default_factory=list)  # the files read
     notes: list[str] = field(default_factory=list)  # what was not recorded, and why
@@ -148,27 +120,27 @@ def load_run(run_dir: Path) -> RunData:
             "(its out=..., e.g. runs/quickstart-YYYYMMDD-HHMMSS)"
         )
     present = [name for name in RUN_FILES if (run_dir / name).is_file()]
-    if not present and not (run_dir / "trajectories").is_dir():
+    if not present and not (run_dir / STORE_DIR).is_dir():
         raise ConfigError(
             f"{run_dir} is not a run directory: none of {', '.join(RUN_FILES)} or trajectories/ "
             "is in it; pass the directory `honing train` wrote (its out=..., e.g. "
             "runs/quickstart-YYYYMMDD-HHMMSS)"
         )
     notes: list[str] = []
-    events = _read_events(run_dir / "events.jsonl")
-    metrics = _read_jsonl(run_dir / "metrics.jsonl")
-    evals_raw = _read_jsonl(run_dir / "evals.jsonl")
-    result = _read_json(run_dir / "result.json")
-    config = _read_yaml(run_dir / "config.yaml")
-    warm = _read_json(run_dir / "warm_start" / "done.json")
+    events = _read_events(run_dir / EVENTS_FILE)
+    metrics = read_jsonl(run_dir / METRICS_FILE)
+    evals_raw = read_jsonl(run_dir / EVALS_FILE)
+    result = read_json(run_dir / RESULT_FILE)
+    config = read_yaml(run_dir / CONFIG_FILE)
+    warm = read_json(run_dir / WARM_DIR / DONE_FILE)
 
     by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for event in events:
         by_kind[str(event.get("kind"))].append(event)
     if by_kind["update"]:
-        updates = [_update(e) for e in by_kind["update"]]
+        updates = [UpdateRecord.from_json(e) for e in by_kind["update"]]
     else:
-        updates = [_update(m) for m in metrics]
+        updates = [UpdateRecord.from_json(m) for m in metrics]
         if not events:
             notes.append(
                 "No events.jsonl (a run from before honing recorded events): per-update numbers "
@@ -178,7 +150,7 @@ def load_run(run_dir: Path) -> RunData:
 
     trajectories: list[tuple[int, Trajectory]] = []
     store_episodes: list[EpisodePoint] = []
-    if (run_dir / "trajectories").is_dir():
+    if (run_dir / STORE_DIR).is_dir():
         try:
             trajectories = _with_steps(read_trajectories(run_dir), updates)
             versions = _versions_before(updates)
@@ -214,7 +186,8 @@ def load_run(run_dir: Path) -> RunData:
         sandbox=_sandbox(by_kind["sandbox_start"]),
         gains=_gains(result, end),
     )
-    sources = [name for name in (*RUN_FILES, "warm_start/done.json") if (run_dir / name).is_file()]
+    done = f"{WARM_DIR}/{DONE_FILE}"
+    sources = [name for name in (*RUN_FILES, done) if (run_dir / name).is_file()]
     if trajectories:
         sources.append(f"trajectories/ ({len(trajectories)} trajectories)")
     warned = [str(w.get("message", "")) for w in by_kind["warning"]]
@@ -282,51 +255,6 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
     return [{**e.data, "t": e.t, "kind": e.kind, "step": e.step} for e in read_events(path)]
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The objects of a JSONL log; a torn last line (a killed writer) is skipped, a bad line
-    before it is an error naming file:line."""
-    if not path.is_file():
-        return []
-    lines = path.read_text(errors="replace").splitlines()
-    out = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines):
-                break
-            raise ConfigError(
-                f"{path}:{number}: not a JSON line ({exc.msg}); the log is damaged: fix or "
-                "delete that line and run `honing report` again"
-            ) from exc
-        if not isinstance(record, dict):
-            raise ConfigError(f"{path}:{number}: expected a JSON object, got {line[:60]!r}")
-        out.append(record)
-    return out
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        value = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc}); delete it or fix it") from exc
-    return value if isinstance(value, dict) else None
-
-
-def _read_yaml(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        value = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
-    return value if isinstance(value, dict) else None
-
-
 def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
@@ -343,30 +271,8 @@ def _planned_steps(cfg: dict[str, Any]) -> int | None:
     return steps
 
 
-def _update(record: dict[str, Any]) -> UpdatePoint:
-    learner = record.get("learner") or {}
-    stale = record.get("staleness") or {}
-    recorded = record.get("signal")
-    signal: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
-    return UpdatePoint(
-        step=int(record.get("step") or 0),
-        phase=str(record.get("phase") or ""),
-        episodes=int(record.get("episodes") or 0),
-        success_rate=_float(record.get("success_rate")),
-        reward_mean=_float(record.get("reward_mean")),
-        infra_errors=int(record.get("infra_errors") or 0),
-        rollout_s=_float(record.get("rollout_s")) or 0.0,
-        update_s=_float(record.get("update_s")) or 0.0,
-        sync_s=_float(record.get("sync_s")) or 0.0,
-        learner={k: float(v) for k, v in learner.items() if _float(v) is not None},
-        staleness={int(k): int(v) for k, v in stale.items()} if isinstance(stale, dict) else {},
-        time=_float(record.get("time", record.get("t"))),
-        signal={k: float(v) for k, v in signal.items() if _float(v) is not None},
-    )
-
-
-def _eval(record: dict[str, Any]) -> EvalRow:
-    return EvalRow(
+def _eval(record: dict[str, Any]) -> EvalPoint:
+    return EvalPoint(
         step=int(record.get("step") or 0),
         phase=str(record.get("phase") or ""),
         set=str(record.get("set") or "?"),
@@ -376,11 +282,11 @@ def _eval(record: dict[str, Any]) -> EvalRow:
         infra_failed=int(record.get("infra_failed") or 0),
         seconds=_float(record.get("seconds")) or 0.0,
         well_formed=_float(record.get("well_formed")),
-    )
+    )  # the fields the report shows; a run of an older honing may lack the rest
 
 
 def _with_steps(
-    trajectories: list[Trajectory], updates: Sequence[UpdatePoint]
+    trajectories: list[Trajectory], updates: Sequence[UpdateRecord]
 ) -> list[tuple[int, Trajectory]]:
     """Each stored trajectory with the update that trained on it: the trainer writes each
     update's episodes, in order, as one shard; the updates' episode counts say where each
@@ -392,7 +298,7 @@ def _with_steps(
     return list(zip(steps, trajectories, strict=True))
 
 
-def _versions_before(updates: Sequence[UpdatePoint]) -> dict[int, int]:
+def _versions_before(updates: Sequence[UpdateRecord]) -> dict[int, int]:
     """The learner's version when each update began: the version the one before it left (an
     update that took no optimiser step keeps it); the first begins at 0."""
     out, version = {}, 0
@@ -426,7 +332,7 @@ def _episode_from_trajectory(step: int, t: Trajectory, learner: int | None) -> E
 
 
 def _episodes_from_events(
-    events: Sequence[dict[str, Any]], updates: Sequence[UpdatePoint]
+    events: Sequence[dict[str, Any]], updates: Sequence[UpdateRecord]
 ) -> list[EpisodePoint]:
     """Episode events, each with the update that trained on it: a training episode's step is
     that update, counted from 1 (without a step: the first update logged after it)."""

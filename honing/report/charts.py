@@ -3,7 +3,7 @@
 legend and caption. Round y ticks, x labels thinned to fit, a `<title>` tooltip per mark and a
 `data-marks` count the tests check.
 
-Not covered: which charts the page shows and what they say (honing.observe.report.page);
+Not covered: which charts the page shows and what they say (honing.report.page);
 interactivity (no JavaScript: the page is a static snapshot).
 """
 
@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from honing.observe.report.markup import duration, esc, num
+from honing.report.markup import duration, esc, num
 
 PALETTE = (
     "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1",

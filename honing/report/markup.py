@@ -2,8 +2,8 @@
 points, durations and numbers in words, a section, a table, a "not recorded" note, and blocks laid
 out two per row.
 
-Not covered: the charts (honing.observe.report.charts) and what any section says
-(honing.observe.report.page).
+Not covered: the charts (honing.report.charts) and what any section says
+(honing.report.page).
 """
 
 from __future__ import annotations

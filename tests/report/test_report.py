@@ -19,9 +19,9 @@ import pytest
 
 from honing.errors import ConfigError
 from honing.observe.events import read_events
-from honing.observe.report import build_report, headline, load_run
+from honing.records import Trajectory
+from honing.report import build_report, headline, load_run
 from honing.store import Ending, Group, TrajectoryWriter, Turn, read_trajectories
-from honing.store.records import Trajectory
 
 T = TypeVar("T")
 CHROMIUM = Path("/usr/bin/chromium")

@@ -1,9 +1,9 @@
 """The report page: the headline, one section per question (summary, reward and success, held-out
 evaluations, failures, time, staleness, learner, tasks; the sample episodes come from
-honing.observe.report.samples), the CSS, `render(data) -> str` and `build_report`.
+honing.report.samples), the CSS, `render(data) -> str` and `build_report`.
 
-Not covered: reading the run directory (honing.observe.report.data), drawing the SVG charts
-(honing.observe.report.charts).
+Not covered: reading the run directory (honing.report.data), drawing the SVG charts
+(honing.report.charts).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from honing.observe.report.charts import (
+from honing.report.charts import (
     PALETTE,
     SUCCESS_COLOR,
     Series,
@@ -23,16 +23,8 @@ from honing.observe.report.charts import (
     line_chart,
     share_bar,
 )
-from honing.observe.report.data import (
-    BEFORE,
-    WARM_START,
-    EpisodePoint,
-    EvalRow,
-    RunData,
-    UpdatePoint,
-    load_run,
-)
-from honing.observe.report.markup import (
+from honing.report.data import EpisodePoint, RunData, load_run
+from honing.report.markup import (
     duration,
     esc,
     mean,
@@ -43,9 +35,9 @@ from honing.observe.report.markup import (
     section_html,
     table_html,
 )
-from honing.observe.report.samples import samples_section
+from honing.report.samples import samples_section
+from honing.trainer.run_dir import BEFORE, REPORT_FILE, WARM_START, EvalPoint, UpdateRecord
 
-REPORT_FILE = "report.html"
 INFRA_ENDINGS = ("infra_error", "sandbox_error", "verifier_crash")
 LEARNER_STATS = (
     ("loss", "loss"),
@@ -62,7 +54,7 @@ LEARNER_STATS = (
 # -- the headline ----------------------------------------------------------------------------------
 
 
-def _pooled(rows: Sequence[EvalRow]) -> float | None:
+def _pooled(rows: Sequence[EvalPoint]) -> float | None:
     total = sum(r.total for r in rows)
     return sum(r.passed for r in rows) / total if total else None
 
@@ -72,9 +64,9 @@ def _judged(passed: int, total: int, infra: int) -> str:
     return f"({passed}/{total}; infra failures {infra})"
 
 
-def _eval_points(evals: Sequence[EvalRow]) -> list[tuple[str, list[EvalRow]]]:
+def _eval_points(evals: Sequence[EvalPoint]) -> list[tuple[str, list[EvalPoint]]]:
     """The evaluation points in run order (before, warm start, update N...), each with its sets."""
-    points: dict[tuple[int, int, str], list[EvalRow]] = {}
+    points: dict[tuple[int, int, str], list[EvalPoint]] = {}
     order = {BEFORE: 0, WARM_START: 1}
     for row in evals:
         key = (row.step, order.get(row.phase, 2) if row.step == 0 else 2, row.label)
@@ -599,7 +591,7 @@ def signal_section(data: RunData) -> str:
             missing_html("Learning signal", "not recorded (a run from before honing logged it)"),
         )
 
-    def share(u: UpdatePoint, key: str) -> float | None:
+    def share(u: UpdateRecord, key: str) -> float | None:
         groups = u.signal.get("groups", 0.0)
         return u.signal.get(key, 0.0) / groups if groups else None
 

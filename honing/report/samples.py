@@ -3,7 +3,7 @@ turn with the tool calls parsed from it, each observation with the step's reward
 success, the newest failure and the newest episode. Everything taken from the run is escaped.
 
 Not covered: any other episode (query the trajectory store for those), the other sections
-(honing.observe.report.page).
+(honing.report.page).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import contextlib
 import json
 from typing import Any
 
-from honing.observe.report.data import RunData
-from honing.observe.report.markup import duration, esc, missing_html, num, section_html
+from honing.report.data import RunData
+from honing.report.markup import duration, esc, missing_html, num, section_html
 from honing.store import Trajectory
 
 

@@ -11,7 +11,8 @@ Token-faithful: `token_ids[turn.start:turn.end]` is exactly what the engine prod
 assistant turn and exactly what was appended for an observation turn; nothing is re-tokenized.
 For a chat engine that returns no token ids, the spans are empty and only the text is kept.
 
-Not covered here: writing them (`honing.store.writer`) and producing them (`honing.rollout`).
+At the bottom of the layers (it imports nothing from honing), so every layer can use them.
+Not covered here: storing them (`honing.store`) and producing them (`honing.rollout`).
 """
 
 from __future__ import annotations
