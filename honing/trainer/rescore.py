@@ -41,10 +41,9 @@ from honing.store.query import read_shard
 from honing.store.rescore import Rescore, RescoreMeta
 from honing.store.schema import from_table
 from honing.tasks.load import AnyTask, TaskSet, load_tasks
-from honing.trainer.run_config import load_saved
+from honing.trainer.run_dir import CONFIG_FILE, RunDir
 from honing.trainer.sources import load_source
 
-CONFIG_FILE = "config.yaml"  # honing.trainer.loop.CONFIG_FILE (not imported: it loads torch)
 ROLLOUT_FILE = "rollout.json"  # honing.rollout.offline
 _SHARD_SUFFIX = re.compile(r"\[\d+/\d+\]$")  # a sharded task set's name: `tasks[0/4]`
 
@@ -91,7 +90,7 @@ def plan_rescore(
     config_path, rollout_path = run_dir / CONFIG_FILE, run_dir / ROLLOUT_FILE
     settings: dict[str, Any]
     if config_path.is_file():
-        config = load_saved(config_path)
+        config = RunDir(run_dir).config()
         env = config.env_config
         sandbox = config.sandbox
         settings = {"agent": config.agent.model_dump(mode="json")}
