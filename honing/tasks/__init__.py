@@ -19,9 +19,13 @@ from honing.tasks.schema import (
     TaskBase,
     ToolsTask,
 )
-from honing.tasks.synthetic import generate_code_tasks, generate_math_tasks, generate_tools_tasks
-from honing.tasks.synthetic_repair import generate_code_repair_tasks
-from honing.tasks.synthetic_sql import generate_sql_tasks
+from honing.tasks.synthetic import (
+    generate_code_repair_tasks,
+    generate_code_tasks,
+    generate_math_tasks,
+    generate_sql_tasks,
+    generate_tools_tasks,
+)
 
 __all__ = [
     "DOMAINS",

@@ -5,9 +5,9 @@
     champ       the answer-checkable problems of `champ-dataset` (CHAMP v0), as math tasks
     bfcl        the single-turn Python function-calling questions of `bfcl-eval`, as tools tasks
     synthetic-code, synthetic-code-repair, synthetic-math, synthetic-tools, synthetic-sql
-                64 seeded synthetic tasks each (seed 0; `honing.tasks.synthetic`,
-                `honing.tasks.synthetic_repair`, `honing.tasks.synthetic_sql`); synthetic-math
-                is an evaluation set: about half its tasks are worded as training never is
+                64 seeded synthetic tasks each (seed 0; `honing.tasks.synthetic`, a module
+                per domain); synthetic-math is an evaluation set: about half its tasks are
+                worded as training never is
     examples-code, examples-math, examples-tools
                 hand-written examples bundled with honing (`honing/tasks/data/*_examples.jsonl`)
 
@@ -27,12 +27,12 @@ from honing.errors import ConfigError
 from honing.tasks.load import TaskSet, UnreadableRow, read_rows, tasks_from_rows
 from honing.tasks.synthetic import (
     as_taskset,
+    generate_code_repair_tasks,
     generate_code_tasks,
     generate_math_tasks,
+    generate_sql_tasks,
     generate_tools_tasks,
 )
-from honing.tasks.synthetic_repair import generate_code_repair_tasks
-from honing.tasks.synthetic_sql import generate_sql_tasks
 from honing.tasks.toolcalls import reference_calls
 
 

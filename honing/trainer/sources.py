@@ -4,18 +4,20 @@
     load_source(name, source, heldout=True)   -> a held-out set (synthetic-math: unseen wordings)
     without_overlap(heldout, [train, ...], chats)   -> the held-out tasks nothing trained on asks
     heldout_sets(config)   -> a run's held-out sets as `honing train` evaluates them
+    TaskMixer(sets, weights, seed).draw(step, names, count, cursors)   -> an update's tasks
 
 A held-out task is left out when a training task asks the same (`honing.tasks.load.question_key`:
 the same calculation in other words counts), or when its prompt appears in a user message of the
 warm start's chat data (`warm_start.data`), where only the wording is known.
 
-Not covered: mixing sources over a run (`honing.trainer.loop.TaskMixer`).
+Not covered: the phases that name the sources of each update (`honing.trainer.run_config`).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import random
 from collections.abc import Callable, Sequence
 
 from honing.errors import ConfigError
@@ -30,16 +32,16 @@ def load_source(name: str, source: TaskSource, *, heldout: bool = False) -> Task
     of a held-out synthetic-math source is worded as training never is, unless its `phrasings`
     says otherwise."""
     if source.tasks.startswith(SYNTHETIC_PREFIX):
-        from honing.tasks import synthetic, synthetic_repair, synthetic_sql
+        from honing.tasks import synthetic
         from honing.tasks.builtin import SYNTHETIC_SEED, SYNTHETIC_SIZE
 
         phrasings = source.phrasings or ("heldout" if heldout else "train")
         generators: dict[str, Callable[[int, int], Sequence[AnyTask]]] = {
             "code": synthetic.generate_code_tasks,
-            "code-repair": synthetic_repair.generate_code_repair_tasks,
+            "code-repair": synthetic.generate_code_repair_tasks,
             "math": functools.partial(synthetic.generate_math_tasks, phrasings=phrasings),
             "tools": synthetic.generate_tools_tasks,
-            "sql": synthetic_sql.generate_sql_tasks,
+            "sql": synthetic.generate_sql_tasks,
         }
         domain = source.tasks.removeprefix(SYNTHETIC_PREFIX)
         if domain not in generators:
@@ -114,3 +116,35 @@ def heldout_sets(config: TrainConfig, limit: int | None = None) -> dict[str, Tas
             taskset.tasks = taskset.tasks[:limit]
         sets[name] = taskset
     return sets
+
+
+class TaskMixer:
+    """Draws the tasks of each update: a source per slot by weight, then that source's next task
+    in a seeded permutation (a new one each epoch). A pure function of (seed, step, cursors)."""
+
+    def __init__(self, sources: dict[str, TaskSet], weights: dict[str, float], seed: int) -> None:
+        self.sources = sources
+        self.weights = weights
+        self.seed = seed
+
+    def _order(self, name: str, epoch: int) -> list[int]:
+        order = list(range(len(self.sources[name].tasks)))
+        random.Random(f"{self.seed}:{name}:{epoch}").shuffle(order)
+        return order
+
+    def draw(
+        self, step: int, names: Sequence[str], count: int, cursors: dict[str, tuple[int, int]]
+    ) -> list[tuple[str, AnyTask]]:
+        """`count` (source, task) pairs for update `step`; advances `cursors` in place."""
+        rng = random.Random(f"{self.seed}:step:{step}")
+        chosen = rng.choices(list(names), weights=[self.weights[n] for n in names], k=count)
+        out = []
+        for name in chosen:
+            epoch, pos = cursors.get(name, (0, 0))
+            order = self._order(name, epoch)
+            out.append((name, self.sources[name].tasks[order[pos]]))
+            pos += 1
+            if pos == len(order):
+                epoch, pos = epoch + 1, 0
+            cursors[name] = (epoch, pos)
+        return out

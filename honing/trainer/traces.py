@@ -63,7 +63,7 @@ def action_text(action: Action) -> str:
 
 
 # -- math: the expression behind an arithmetic answer ----------------------------------------
-_FAMILIES: dict[str, list[str]] = {  # honing.tasks.synthetic's math families, by numbers in order
+_FAMILIES: dict[str, list[str]] = {  # honing.tasks.synthetic.math's families, by numbers in order
     "sum": ["{0} + {1}"],
     "difference": ["{0} - {1}", "{1} - {0}"],
     "product": ["{0} * {1}"],

@@ -34,7 +34,7 @@ from honing.tasks.sqlcheck import (
     states,
     table_files,
 )
-from honing.tasks.synthetic_sql import SQL_EXAMPLES, generate_sql_tasks
+from honing.tasks.synthetic import SQL_EXAMPLES, generate_sql_tasks
 
 SALES = "id,region,amount\n1,North,10.50\n2,South,20.25\n3,North,5.00\n"
 SUM_SQL = "SELECT sum(amount) FROM sales"

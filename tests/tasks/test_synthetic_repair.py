@@ -14,7 +14,7 @@ from honing.sandbox import SandboxPool
 from honing.tasks import CodeTask, apply_quality_filter, load_tasks, tasks_from_rows
 from honing.tasks.schema import CODE_SOLUTION
 from honing.tasks.synthetic import CODE_FAMILIES, as_taskset
-from honing.tasks.synthetic_repair import (
+from honing.tasks.synthetic.repair import (
     LINE_BUDGET,
     fails_a_case,
     generate_code_repair_tasks,

@@ -21,8 +21,12 @@ from honing.rollout.models import load_tokenizer
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import CODE_SOLUTION, CodeTask, MathTask
-from honing.tasks.synthetic import generate_code_tasks, generate_math_tasks, generate_tools_tasks
-from honing.tasks.synthetic_repair import generate_code_repair_tasks
+from honing.tasks.synthetic import (
+    generate_code_repair_tasks,
+    generate_code_tasks,
+    generate_math_tasks,
+    generate_tools_tasks,
+)
 from honing.trainer.sft import ChatExample, load_chat_data, tokenize_example
 from honing.trainer.traces import (
     Trace,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from honing.tasks.schema import AnswerRule, SqlTask
 
-SQL_EXAMPLES = Path(__file__).parent / "data" / "sql_examples.jsonl"
+SQL_EXAMPLES = Path(__file__).parents[1] / "data" / "sql_examples.jsonl"
 
 REGIONS = ["North", "South", "East", "West", "Central"]
 PRODUCTS = ["Licences", "Services", "Support", "Hardware"]

@@ -3,7 +3,7 @@
     generate_code_repair_tasks(n, seed)   code tasks whose workspace starts with a buggy
                                           solution.py (`CodeTask.files`); the reference is the fix
 
-Each task changes one token of a function of `honing.tasks.synthetic`'s code families (a
+Each task changes one token of a function of `honing.tasks.synthetic.code`'s families (a
 comparison, an operator, an integer one off, …), used only if the function then fails a test
 case; the candidates run in process, which is safe because the code is ours. Same `(n, seed)`,
 same tasks (docs/tasks.md, "The modules in detail"). Not covered: checking the tasks (the tests
@@ -24,9 +24,11 @@ from types import FrameType
 from typing import Any
 
 from honing.tasks.schema import CODE_SOLUTION, CodeTask
-from honing.tasks.synthetic import CODE_FAMILIES, _Function, _generate, _metadata
+from honing.tasks.synthetic.code import CODE_FAMILIES, Function
+from honing.tasks.synthetic.common import family_metadata, generate
 
 DOMAIN = "code-repair"
+GENERATOR = "honing.tasks.synthetic_repair"  # the module's old name: tasks (and versions) keep it
 LINE_BUDGET = 20_000  # traced lines per candidate; the families' references need far fewer
 SWAPS: dict[str, tuple[str, str]] = {  # token → (its replacement, the kind of bug)
     "<": ("<=", "comparison"), "<=": ("<", "comparison"), ">": (">=", "comparison"),
@@ -90,7 +92,7 @@ class _OutOfBudget(BaseException):
     """Raised by the tracer when a candidate runs past `LINE_BUDGET` lines."""
 
 
-def fails_a_case(source: str, function: _Function) -> bool | None:
+def fails_a_case(source: str, function: Function) -> bool | None:
     """Whether `source` fails at least one of the function's cases (an exception is a failure);
     None when it does not define the function or runs past `LINE_BUDGET` traced lines."""
     lines = 0
@@ -124,12 +126,12 @@ def fails_a_case(source: str, function: _Function) -> bool | None:
         sys.settrace(previous)
 
 
-def source_of(function: _Function) -> str:
+def source_of(function: Function) -> str:
     """The correct solution.py: the signature and the reference body (no docstring)."""
     return f"{function.signature}:\n{BODIES.get(function.family, function.body)}"
 
 
-def repair_prompt(function: _Function) -> str:
+def repair_prompt(function: Function) -> str:
     args, expected = function.cases[0]
     doc = textwrap.fill(function.doc, width=92)
     return (
@@ -138,9 +140,7 @@ def repair_prompt(function: _Function) -> str:
     )
 
 
-def repair_task(
-    function: _Function, rng: random.Random, task_id: str, seed: int
-) -> CodeTask | None:
+def repair_task(function: Function, rng: random.Random, task_id: str, seed: int) -> CodeTask | None:
     """A task with one failing mutation of `function` (drawn with `rng`); None if none fails."""
     correct = source_of(function)
     candidates = mutations(correct)
@@ -158,8 +158,8 @@ def repair_task(
                 reference=correct,
                 tags=["synthetic", "repair", function.family, mutation.kind, function.difficulty],
                 metadata={
-                    **_metadata(function.family, seed),
-                    "generator": __name__,
+                    **family_metadata(function.family, seed),
+                    "generator": GENERATOR,
                     "bug": mutation.kind,
                 },
             )
@@ -167,7 +167,7 @@ def repair_task(
 
 
 def _family(
-    make: Callable[[random.Random], _Function],
+    make: Callable[[random.Random], Function],
 ) -> Callable[[random.Random, str, int], CodeTask]:
     def draw(rng: random.Random, task_id: str, seed: int) -> CodeTask:
         while True:  # a function with no failing mutation is drawn again (none is known)
@@ -184,4 +184,4 @@ REPAIR_FAMILIES = [_family(make) for make in CODE_FAMILIES]
 def generate_code_repair_tasks(n: int, seed: int) -> list[CodeTask]:
     """`n` code-repair tasks (the 12 code families, one token of each changed so that a test
     fails): solution.py starts buggy, the reference is the correct file."""
-    return _generate(DOMAIN, n, seed, REPAIR_FAMILIES)
+    return generate(DOMAIN, n, seed, REPAIR_FAMILIES)

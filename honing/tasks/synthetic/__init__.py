@@ -1,0 +1,67 @@
+"""Seeded synthetic task sets: where a small model is weak, but tools and feedback can help.
+
+    code     generate_code_tasks(n, seed)          short functions checked by `assert` tests
+    repair   generate_code_repair_tasks(n, seed)   a code family's function with one token broken
+    math     generate_math_tasks(n, seed)          multi-digit arithmetic; phrasings="heldout"
+                                                   words half as training never does
+    tools    generate_tools_tasks(n, seed)         unit conversion, calendar, lookup, calculator
+    sql      generate_sql_tasks(n, seed)           small financial tables with a known answer
+    common   what the domains share: `generate`, tags and metadata, `as_taskset`
+
+The same `(n, seed)` gives the same tasks with the same ids on any machine; every task has a
+reference whose expected values are computed here, independently of the environments (tasks do
+not import `honing.envs`). docs/tasks.md ("The modules in detail") has the rest. Not covered:
+checking the references (the tests run them through the real environments).
+"""
+
+from honing.tasks.synthetic.code import CODE_FAMILIES, WORDS, generate_code_tasks
+from honing.tasks.synthetic.common import TWO_DIGITS, as_taskset
+from honing.tasks.synthetic.math import (
+    MATH_FAMILIES,
+    UNSEEN_SHARE,
+    UNSEEN_TAG,
+    Phrasings,
+    generate_math_tasks,
+)
+from honing.tasks.synthetic.repair import generate_code_repair_tasks
+from honing.tasks.synthetic.sql import SQL_EXAMPLES, generate_sql_tasks
+from honing.tasks.synthetic.tools import (
+    DECIMALS,
+    ITEMS,
+    PHASES,
+    SCALE,
+    TOOLS_FAMILIES,
+    UNIT_FACTORS,
+    UNIT_NAMES,
+    WEEKDAYS,
+    convert_exactly,
+    decimal_text,
+    generate_tools_tasks,
+)
+
+__all__ = [
+    "CODE_FAMILIES",
+    "DECIMALS",
+    "ITEMS",
+    "MATH_FAMILIES",
+    "PHASES",
+    "SCALE",
+    "SQL_EXAMPLES",
+    "TOOLS_FAMILIES",
+    "TWO_DIGITS",
+    "UNIT_FACTORS",
+    "UNIT_NAMES",
+    "UNSEEN_SHARE",
+    "UNSEEN_TAG",
+    "WEEKDAYS",
+    "WORDS",
+    "Phrasings",
+    "as_taskset",
+    "convert_exactly",
+    "decimal_text",
+    "generate_code_repair_tasks",
+    "generate_code_tasks",
+    "generate_math_tasks",
+    "generate_sql_tasks",
+    "generate_tools_tasks",
+]

@@ -1,0 +1,75 @@
+"""What the synthetic domains share: drawing `n` distinct tasks from families in turn, the
+tags and metadata every task carries, and `as_taskset`.
+
+The random stream of a domain is seeded by `honing.tasks.synthetic/<domain>/<seed>`, a string
+kept as it was when everything lived in one module: changing it would change every task.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from honing.tasks.load import AnyTask, TaskSet, question_key, tasks_from_rows
+from honing.tasks.schema import CodeTask, MathTask, ToolsTask
+
+T = TypeVar("T", CodeTask, MathTask, ToolsTask)
+
+TWO_DIGITS = [b for b in range(11, 100) if b % 10]  # a multiple of 10 makes it too easy
+
+
+def _rng(domain: str, seed: int) -> random.Random:
+    # A string seed is hashed with SHA-512 by `random`: stable across runs and machines.
+    return random.Random(f"honing.tasks.synthetic/{domain}/{seed}")
+
+
+def _content_key(task: AnyTask) -> str:
+    """Two tasks with the same key are one problem: a math task's calculation, whatever its
+    wording (`question_key`); any other task's content."""
+    if task.domain == "math":
+        return question_key(task)
+    return json.dumps(
+        task.model_dump(mode="json", exclude={"id", "tags", "metadata", "reference"}),
+        sort_keys=True,
+    )
+
+
+def generate(
+    domain: str, n: int, seed: int, families: list[Callable[[random.Random, str, int], T]]
+) -> list[T]:
+    """`n` distinct tasks of `domain` for `seed`, the families taking turns; a task that repeats
+    an earlier one's content (`_content_key`) is drawn again."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, not {n}")
+    rng = _rng(domain, seed)
+    tasks: list[T] = []
+    seen: set[str] = set()
+    redraws = 0
+    while len(tasks) < n:
+        family = families[len(tasks) % len(families)]
+        task = family(rng, f"synth-{domain}/{seed}/{len(tasks)}", seed)
+        key = _content_key(task)
+        if key in seen:  # the same problem twice: draw again (still deterministic)
+            redraws += 1
+            if redraws > 100 * (n + 1):
+                raise RuntimeError(f"synthetic {domain}: cannot draw {n} distinct tasks")
+            continue
+        seen.add(key)
+        tasks.append(task)
+    return tasks
+
+
+def family_tags(family: str, difficulty: str) -> list[str]:
+    return ["synthetic", family, difficulty]
+
+
+def family_metadata(family: str, seed: int) -> dict[str, Any]:
+    return {"generator": "honing.tasks.synthetic", "family": family, "seed": seed}
+
+
+def as_taskset(name: str, tasks: Iterable[AnyTask]) -> TaskSet:
+    """Typed tasks as a `TaskSet`, through the same validation and de-duplication as files."""
+    rows = ((name, i, t.model_dump(mode="json")) for i, t in enumerate(tasks, start=1))
+    return tasks_from_rows(name, rows)
