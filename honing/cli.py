@@ -1059,7 +1059,7 @@ def serve_command(
     """An OpenAI-compatible server: /v1/chat/completions (tools, streaming, logprobs),
     /v1/completions (token-id prompts), /v1/models, and weight reloads (/reload_weights,
     /v1/load_lora_adapter) without a restart. Concurrent requests are batched together."""
-    from honing.export.server import serve
+    from honing.serve import serve
 
     if dtype not in ("auto", "bfloat16", "float16", "float32"):
         raise _fail(f"--dtype {dtype!r}: allowed: auto, bfloat16, float16, float32")

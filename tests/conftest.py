@@ -1,8 +1,10 @@
-"""Shared fixtures: sandbox pools, unique tokens, and host-side probes (processes, helpers)."""
+"""Shared fixtures: sandbox pools, unique tokens, host-side probes (processes, helpers), tiny
+models, and the base of a tiny run for the tests that run `honing train`."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import secrets
@@ -11,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -222,3 +225,43 @@ def make_random_llama(
         return random_llama(smol_dir, out, initializer_range=initializer_range)
 
     return make
+
+
+# -- tiny runs: shared by the export and serve tests that run `honing train` ------------------
+def _math_tasks(directory: Path, count: int) -> Path:
+    """`count` addition tasks ("What is i + 2i?") as JSONL."""
+    path = directory / "tasks.jsonl"
+    rows = [{"id": f"m{i}", "domain": "math", "prompt": f"What is {i} + {2 * i}?",
+             "answer": str(3 * i)} for i in range(1, count + 1)]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _tiny_run_config(name: str, model: Path, tasks: Path, **settings: Any) -> dict[str, Any]:
+    """Two updates of 2 groups × 2 on the first 4 tasks, held out on the rest. A random model's
+    rewards are all equal (no gradient), so AdamW's decoupled weight decay is what moves the
+    weights: the trained model always differs from the base."""
+    return {
+        "name": name,
+        "model": str(model),
+        "train": {"m": {"tasks": str(tasks), "limit": 4}},
+        "heldout": {"m": {"tasks": str(tasks)}},
+        "steps": 2,
+        "groups_per_step": 2,
+        "n": 2,
+        "learner": {"lr": 1e-2, "weight_decay": 0.1, "dynamic_sampling": False},
+        "sandbox": {"pool_size": 1, "timeout_s": 20.0},
+        **settings,
+    }
+
+
+@pytest.fixture(scope="session")
+def math_tasks() -> Callable[[Path, int], Path]:
+    """`math_tasks(directory, count)`: a small math task file (see `_math_tasks`)."""
+    return _math_tasks
+
+
+@pytest.fixture(scope="session")
+def tiny_run_config() -> Callable[..., dict[str, Any]]:
+    """`tiny_run_config(name, model, tasks, **settings)`: a tiny run's config as a dict."""
+    return _tiny_run_config

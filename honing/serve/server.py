@@ -8,7 +8,7 @@ Endpoints: `GET /v1/models`, `GET /health`, `POST /v1/chat/completions`, `POST /
 and the weight endpoints of vLLM that honing's `openai` engine calls (`POST /reload_weights`,
 `POST /v1/load_lora_adapter`). Every request calls `engine.generate` for its one prompt; the `hf`
 engine's continuous batching decodes the requests in flight together, and streams token by token.
-Chat rendering is `honing.export.server_chat`'s; errors are OpenAI-shaped. docs/serving.md has
+Chat rendering is `honing.serve.chat`'s; errors are OpenAI-shaped. docs/serving.md has
 the fields, the weight and adapter semantics and the status codes.
 
 Not covered: authentication (any api key is accepted), n > 1, several adapters at once, prompt
@@ -36,16 +36,6 @@ from pydantic import BaseModel, ValidationError
 
 from honing.envs.base import untrusted_json
 from honing.errors import ConfigError, EngineError
-from honing.export.server_chat import ChatRenderer, Rendered, cut_at_stop
-from honing.export.server_lora import ServeError, read_adapter
-from honing.export.server_protocol import (
-    APIError,
-    ChatRequest,
-    CompletionRequest,
-    LoraRequest,
-    ReloadRequest,
-    invalid,
-)
 from honing.rollout.engines.base import (
     Dtype,
     Engine,
@@ -56,6 +46,16 @@ from honing.rollout.engines.base import (
 )
 from honing.rollout.engines.hf import HFEngine
 from honing.rollout.saved_agent import SavedAgent, load_agent
+from honing.serve.chat import ChatRenderer, Rendered, cut_at_stop
+from honing.serve.lora import ServeError, read_adapter
+from honing.serve.protocol import (
+    APIError,
+    ChatRequest,
+    CompletionRequest,
+    LoraRequest,
+    ReloadRequest,
+    invalid,
+)
 
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=BaseModel)

@@ -18,12 +18,12 @@ import openai
 import pytest
 import torch
 
-from honing.export.server import RunningServer, background_server
 from honing.rollout.chat import ChatFormat
 from honing.rollout.engines.base import Prompt, SamplingParams, WeightUpdate
 from honing.rollout.engines.hf import HFEngine
 from honing.rollout.engines.openai import OpenAIConfig, OpenAIEngine
 from honing.rollout.models import load_tokenizer
+from honing.serve.server import RunningServer, background_server
 
 pytestmark = pytest.mark.dtype  # run again under each forced auto dtype (make test)
 

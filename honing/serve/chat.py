@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from honing.envs.base import MalformedAction, untrusted_json
-from honing.export.server_protocol import APIError, CallSpec, ChatMessage, ChatRequest
 from honing.rollout.chat import ChatFormat, Message, describe_tools, openai_tool_calls, parse_action
 from honing.rollout.engines.base import FinishReason
+from honing.serve.protocol import APIError, CallSpec, ChatMessage, ChatRequest
 
 MEMORY = 1024  # completions remembered for token-faithful continuation
 

@@ -16,15 +16,15 @@ import pytest
 
 from honing.envs.base import EnvConfig
 from honing.envs.registry import make_env
-from honing.export.server import running_server
-from honing.export.server_chat import ChatRenderer
-from honing.export.server_protocol import ChatRequest
 from honing.rollout.agent import AgentConfig, run_episode
 from honing.rollout.engines.base import FinishReason, Generation, Prompt, SamplingParams
 from honing.rollout.engines.openai import OpenAIConfig, OpenAIEngine
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.sandbox import SandboxPool
+from honing.serve.chat import ChatRenderer
+from honing.serve.protocol import ChatRequest
+from honing.serve.server import running_server
 from honing.tasks.load import AnyTask, load_tasks
 
 SAMPLING = SamplingParams(max_new_tokens=128)

@@ -14,8 +14,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from honing.export.server import running_server
 from honing.precision import auto_dtype
+from honing.serve.server import running_server
 from honing.trainer.loop import train
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.run_dir import WEIGHTS_DIR
