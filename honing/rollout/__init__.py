@@ -5,7 +5,8 @@
     chat            chat-template rendering by deltas, tool-call parsing
     agent           run_episode: one episode, token for token, with nested deadlines
     slots           priority-aware slot semaphores
-    scheduler       many episodes in flight: groups, priorities, retries, staleness, elasticity
+    scheduler       many episodes in flight: groups, priorities, retries, staleness
+    elastic         worker pools (sandbox cells, Ray actors) that grow and shrink with the queue
     offline         `honing rollout`: a task set through the scheduler into the store
     replay          a stored trajectory's actions through the current environment (re-scoring)
     template_check  `honing check-template`

@@ -9,9 +9,9 @@
 
 Covered: groups of `n` delivered exactly once, priority, backpressure, retries of infrastructure
 failures only, a deadline guard per attempt (so a retried trajectory may take longer than
-`episode_s` in all), staleness, admission control, elastic pools (docs/rollout.md, "The modules
-in detail"). Not covered: building envs and engines (the runner's job), weight updates (the
-trainer's), and episode-internal deadlines (the agent loop's).
+`episode_s` in all), staleness, admission control (docs/rollout.md, "The modules in detail").
+Not covered: building envs and engines (the runner's job), weight updates (the trainer's),
+episode-internal deadlines (the agent loop's), sizing worker pools (`elastic`, ticked from here).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import math
 import time
 import uuid
 from collections import deque
@@ -28,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from heapq import heappop, heappush
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import Field
 
@@ -36,6 +35,7 @@ from honing.config import StrictModel
 from honing.errors import DeadlineExceeded, EngineError, HoningError, SandboxError, WorkerLost
 from honing.records import Ending, Group, Retry, Trajectory
 from honing.rollout.agent import Gate, InfraFailure
+from honing.rollout.elastic import ElasticPool, ElasticWorkers, Scaling
 from honing.rollout.slots import PrioritySlots
 from honing.tasks.load import AnyTask
 
@@ -52,38 +52,6 @@ class SchedulerClosed(HoningError):
 class RunnerError(HoningError):
     """The episode runner raised something that is neither a trajectory nor an infrastructure
     failure: a bug in the runner, agent loop or environment. The cause is chained."""
-
-
-class ElasticWorkers(Protocol):
-    """Something whose worker count can change: sandbox cells, Ray actors, engine replicas."""
-
-    @property
-    def size(self) -> int:
-        """The number of workers (the target of the last `resize`)."""
-        ...
-
-    async def resize(self, n: int) -> None:
-        """Grow or shrink to `n` workers; busy workers being removed finish their call first."""
-        ...
-
-
-class Scaling(StrictModel):
-    """How one elastic pool follows its queue (used only when its workers are given)."""
-
-    min_workers: int = Field(1, ge=1, description="Never fewer workers than this.")
-    max_workers: int = Field(8, ge=1, description="Never more workers than this.")
-    slots_per_worker: int = Field(8, ge=1, description="Slots each worker adds to the gate.")
-    grow_ratio: float = Field(
-        0.5,
-        gt=0,
-        description="Grow when the episodes waiting for a slot would fill this fraction of a "
-        "new worker's slots; adds enough workers for the whole queue at once.",
-    )
-    cooldown_s: float = Field(
-        5.0,
-        ge=0,
-        description="Seconds between two changes; also how long it must stay idle to shrink.",
-    )
 
 
 class SchedulerConfig(StrictModel):
@@ -317,17 +285,6 @@ class _AttemptGate:
         self.holds.clear()
 
 
-@dataclass(eq=False)
-class _Elastic:
-    name: str
-    workers: ElasticWorkers
-    scaling: Scaling
-    slots: PrioritySlots
-    last_change: float = -math.inf
-    idle_since: float | None = None
-    resizing: asyncio.Task[None] | None = None
-
-
 _INFRA_TYPES = (EngineError, WorkerLost, SandboxError)
 
 
@@ -350,18 +307,14 @@ class Scheduler:
         self._version = version
         self._engine = PrioritySlots("engine", cfg.engine_slots)
         self._env = PrioritySlots("env", cfg.env_slots)
-        self._elastic: list[_Elastic] = []
-        for name, workers, scaling, slots in (
-            ("engine", engine_workers, cfg.engine_scaling, self._engine),
-            ("env", env_workers, cfg.env_scaling, self._env),
-        ):
-            if workers is not None:
-                if scaling.min_workers > scaling.max_workers:
-                    raise ValueError(
-                        f"{name}_scaling: min_workers {scaling.min_workers} > max_workers "
-                        f"{scaling.max_workers}"
-                    )
-                self._elastic.append(_Elastic(name, workers, scaling, slots))
+        self._pools = [
+            ElasticPool(name, workers, scaling, slots, self._scaled)
+            for name, workers, scaling, slots in (
+                ("engine", engine_workers, cfg.engine_scaling, self._engine),
+                ("env", env_workers, cfg.env_scaling, self._env),
+            )
+            if workers is not None
+        ]
         self._stats = SchedulerStats()
         self._prefix = uuid.uuid4().hex[:8]
         self._seq = 0
@@ -389,12 +342,8 @@ class Scheduler:
         self._state = "running"
         self._started_at = time.perf_counter()
         self._version0 = self._version()
-        for pool in self._elastic:
-            sc = pool.scaling
-            size = pool.workers.size
-            if not sc.min_workers <= size <= sc.max_workers:
-                await pool.workers.resize(min(max(size, sc.min_workers), sc.max_workers))
-            pool.slots.resize(pool.workers.size * sc.slots_per_worker)
+        for pool in self._pools:
+            await pool.start()
         self._ticker = self._loop.create_task(self._tick_loop())
         return self
 
@@ -410,10 +359,10 @@ class Scheduler:
         if self._ticker is not None:
             self._ticker.cancel()
             pending.append(self._ticker)  # type: ignore[arg-type]
-        for pool in self._elastic:
-            if pool.resizing is not None:
-                pool.resizing.cancel()
-                pending.append(pool.resizing)  # type: ignore[arg-type]
+        for pool in self._pools:
+            resizing = pool.cancel()
+            if resizing is not None:
+                pending.append(resizing)  # type: ignore[arg-type]
         for ep in self._live:
             if ep.timer is not None:
                 ep.timer.cancel()
@@ -556,11 +505,11 @@ class Scheduler:
         s.env_waiting = self._env.waiting
         s.engine_slots = self._engine.capacity
         s.env_slots = self._env.capacity
-        for pool in self._elastic:
+        for pool in self._pools:
             if pool.name == "engine":
-                s.engine_workers = pool.workers.size
+                s.engine_workers = pool.size
             else:
-                s.env_workers = pool.workers.size
+                s.env_workers = pool.size
         if self._started_at:
             s.elapsed_s = time.perf_counter() - self._started_at
         return s
@@ -798,7 +747,7 @@ class Scheduler:
             if not fut.done():
                 fut.set_result(None)
 
-    # -- the tick: admission and elasticity --------------------------------------------------
+    # -- the tick: admission and scaling ------------------------------------------------------
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.tick_s)
@@ -806,53 +755,9 @@ class Scheduler:
             if self._sealed and not self._pending and not self._in_flight:
                 self._wake_results()
             now = time.monotonic()
-            for pool in self._elastic:
-                if pool.resizing is None:
-                    self._scale(pool, now)
+            for pool in self._pools:
+                pool.tick(now)
 
-    def _scale(self, pool: _Elastic, now: float) -> None:
-        sc = pool.scaling
-        slots = pool.slots
-        size = pool.workers.size
-        waiting = slots.waiting
-        if waiting:
-            pool.idle_since = None
-        elif slots.capacity - slots.in_use >= sc.slots_per_worker:
-            if pool.idle_since is None:
-                pool.idle_since = now
-        else:
-            pool.idle_since = None
-        if now - pool.last_change < sc.cooldown_s:
-            return
-        target = size
-        if waiting >= sc.grow_ratio * sc.slots_per_worker and size < sc.max_workers:
-            target = min(sc.max_workers, size + max(1, math.ceil(waiting / sc.slots_per_worker)))
-        elif (
-            pool.idle_since is not None
-            and now - pool.idle_since >= sc.cooldown_s
-            and size > sc.min_workers
-        ):
-            target = size - 1
-        if target == size:
-            return
-        pool.last_change = now
-        pool.idle_since = None
-        assert self._loop is not None
-        pool.resizing = self._loop.create_task(self._resize(pool, size, target))
-
-    async def _resize(self, pool: _Elastic, old: int, new: int) -> None:
-        per = pool.scaling.slots_per_worker
-        try:
-            if new < old:
-                pool.slots.resize(new * per)  # no new work lands on the leaving worker
-            await pool.workers.resize(new)
-            self._stats.scale_events += 1
-            self._hooks.on_scale(pool.name, old, new)
-        except Exception as exc:  # a failed resize keeps the pool as it is, and says so
-            log.warning(
-                "scheduler: resizing %s workers %d -> %d failed: %s", pool.name, old, new, exc
-            )
-        finally:
-            pool.slots.resize(pool.workers.size * per)
-            pool.last_change = time.monotonic()
-            pool.resizing = None
+    def _scaled(self, pool: str, old: int, new: int) -> None:
+        self._stats.scale_events += 1
+        self._hooks.on_scale(pool, old, new)

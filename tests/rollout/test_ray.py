@@ -20,6 +20,7 @@ from honing.envs.base import Action, ToolCall  # noqa: E402
 from honing.errors import EngineError, HoningError, WorkerLost  # noqa: E402
 from honing.records import Ending, Group  # noqa: E402
 from honing.rollout.agent import AgentConfig  # noqa: E402
+from honing.rollout.elastic import Scaling  # noqa: E402
 from honing.rollout.engines.base import Prompt, SamplingParams, WeightUpdate  # noqa: E402
 from honing.rollout.engines.scripted import LatencyModel, ScriptedEngine  # noqa: E402
 from honing.rollout.ray import (  # noqa: E402
@@ -32,7 +33,7 @@ from honing.rollout.ray import (  # noqa: E402
     WorkerSetConfig,
     connect,
 )
-from honing.rollout.scheduler import Scaling, SchedulerConfig  # noqa: E402
+from honing.rollout.scheduler import SchedulerConfig  # noqa: E402
 from honing.tasks.builtin import examples  # noqa: E402
 from honing.tasks.schema import ToolsTask  # noqa: E402
 

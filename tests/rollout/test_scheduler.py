@@ -19,10 +19,10 @@ import pytest
 from honing.errors import EngineError
 from honing.records import Ending, Group, Retry, Trajectory
 from honing.rollout.agent import Gate, InfraFailure
+from honing.rollout.elastic import Scaling
 from honing.rollout.scheduler import (
     MetricsHooks,
     RunnerError,
-    Scaling,
     Scheduler,
     SchedulerClosed,
     SchedulerConfig,
