@@ -121,11 +121,12 @@ from honing.rollout.engines.hf import HFEngine
 from honing.rollout.models import load_model, load_tokenizer
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask, TaskSet
-from honing.trainer.loop import StepReport, TaskMixer, train
+from honing.trainer.loop import train
 from honing.trainer.precision import decide
+from honing.trainer.result import StepReport
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.sft import tool_call_text
-from honing.trainer.sources import heldout_sets, load_source
+from honing.trainer.sources import TaskMixer, heldout_sets, load_source
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
 GROUPS_PER_STEP = 8  # tasks per update on both sides

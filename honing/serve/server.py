@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 
 from honing.envs.base import untrusted_json
 from honing.errors import ConfigError, EngineError
+from honing.rollout.engines import make_engine
 from honing.rollout.engines.base import (
     Dtype,
     Engine,
@@ -629,7 +630,7 @@ async def running_server(
     if isinstance(model, (str, Path)):
         source = Path(model)
         engine: Engine = await asyncio.to_thread(
-            HFEngine, str(model), dtype=dtype, max_batch=max_batch
+            make_engine, f"model:{model}", dtype=dtype, max_batch=max_batch
         )
         served = name or (source.name if source.exists() else str(model))
         root = str(source)

@@ -5,7 +5,8 @@
     checkpoint         save / latest / load checkpoints: atomic, exact resume
     sft, traces, warm  SFT on chat JSONL, reference-action traces, the warm start of a run
     run_config, run_dir, sources   TrainConfig (the YAML), the run directory, task sources
-    loop, gains, precision         train(): the closed loop, its held-out accounting, its dtype
+    loop, heldout, result          train(): the closed loop, its held-out evaluation, its reports
+    gains, precision               the held-out accounting; the run's dtype and start-up check
     rescore            `honing store rescore`: every trajectory of a run replayed
 
 Not covered: several PPO epochs per batch, a critic separate from the policy (advantage gae puts a

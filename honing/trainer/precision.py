@@ -9,19 +9,30 @@ different is a mixed setup: the start-up check measures the gap and the report s
 decoupled loss's importance weights (always on) correct it. With `engine.url` the server's dtype
 is its own: the check measures it.
 
-Not covered: what `auto` means on a host (honing.precision), the check itself
+    startup_check(learner, trajectories, precision, step)   # the check, logged and warned
+
+Not covered: what `auto` means on a host (honing.precision), the scoring itself
 (honing.trainer.learner.check_logprob_match).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from honing.config import StrictModel
+from honing.observe.events import emit
 from honing.precision import native_bf16, train_dtype
+from honing.records import Trajectory
 from honing.trainer.run_config import TrainConfig
+
+if TYPE_CHECKING:
+    from honing.trainer.learner import Learner, MatchReport
+
+log = logging.getLogger(__name__)
 
 SERVER = "server"  # the engine's dtype when a server samples: its own, not the run's
 MATCH_THRESHOLD = 1e-2  # start-up check: max |engine - learner| logprob on one batch
@@ -83,3 +94,58 @@ def decide(config: TrainConfig) -> RunPrecision:
         source="config" if stated else "auto",
         native_bf16=native_bf16(),
     )
+
+
+def startup_check(
+    learner: Learner, trajectories: Sequence[Trajectory], precision: RunPrecision, step: int
+) -> MatchReport | None:
+    """Score the first batch's tokens with the learner and compare with the engine's: a gap
+    means different numerics, temperature, tokens or weights. Expected only in a mixed setup
+    the config stated; anything else is a warning naming the likely cause. None when no
+    trajectory has the engine's logprobs of its tokens."""
+    from honing.trainer.learner import check_logprob_match
+
+    scored = [t for t in trajectories if any(t.loss_mask) and len(t.logprobs) == len(t.token_ids)]
+    if not scored:
+        return None
+    report = check_logprob_match(learner, scored[:8])
+    passed = report.max_abs_diff <= MATCH_THRESHOLD
+    log.info("start-up check: engine vs learner %s (%s)", report, precision.describe())
+    emit(
+        "logprob_check",
+        step,
+        tokens=report.tokens,
+        max_abs_diff=report.max_abs_diff,
+        mean_abs_diff=report.mean_abs_diff,
+        threshold=MATCH_THRESHOLD,
+        passed=passed,
+        engine=precision.engine,
+        learner=precision.learner,
+        mixed=precision.mixed,
+    )
+    if passed:
+        return report
+    what = f"engine and learner disagree on logprobs (max |diff| {report.max_abs_diff:.2e})"
+    if precision.mixed:
+        log.info(
+            "%s, as expected of the mixed precision the config states (%s); the importance "
+            "weights correct it",
+            what,
+            precision.describe(),
+        )
+        return report
+    if precision.engine == SERVER:
+        cause = (
+            "the server likely samples in another dtype than the learner's "
+            f"{precision.learner} (honing serve --dtype {precision.learner}; "
+            f"vLLM --dtype {precision.learner}), or with another temperature"
+        )
+    else:
+        cause = (
+            f"check the engine's dtype (this run's is {precision.engine}), the agent's "
+            "and the learner's temperature, and the engine's model"
+        )
+    message = f"{what}: the importance weights will correct it, but {cause}"
+    log.warning("%s", message)
+    emit("warning", step, message=message)
+    return report

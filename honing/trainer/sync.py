@@ -4,6 +4,7 @@
     sync_weights(learner, server, staging=Path("/shared/weights"))
                                                           a server: files + a reload request
     SyncReport                                            version, mode, path, tensors, bytes, time
+    await serve_model(server, "runs/x/warm_start/model")  a server starts serving a model (v0)
 
 Covered: the three modes (`state_dict`, `files`, `adapter`), atomic staging and pruning, and the
 version sent (docs/training.md, "The modules in detail"). The learner must not step while a sync
@@ -52,6 +53,21 @@ class SyncReport:
     write_seconds: float = 0.0
 
 
+def serves_from_files(engine: Engine) -> bool:
+    """Whether the engine loads weights from files only (a server), not from a state dict."""
+    return not getattr(engine, "accepts_state_dict", True)
+
+
+async def serve_model(engine: Engine, model: str) -> None:
+    """Load a model directory (or built-in name) into a server engine as version 0, so that it
+    serves what the learner starts from, whatever it served before."""
+    from honing.rollout.models import resolve_model
+
+    path = resolve_model(model).resolve()
+    log.info("engine: loading %s into the server", path)
+    await engine.update_weights(WeightUpdate(version=0, path=str(path)))
+
+
 async def sync_weights(
     learner: Learner,
     engine: Engine,
@@ -95,7 +111,7 @@ def _choose_mode(
 ) -> Literal["state_dict", "files", "adapter"]:
     lora = learner.config.lora is not None
     if mode == "auto":
-        if getattr(engine, "accepts_state_dict", True):
+        if not serves_from_files(engine):
             return "state_dict"
         return "adapter" if lora and getattr(engine, "lora_adapters", False) else "files"
     if mode == "adapter" and not lora:

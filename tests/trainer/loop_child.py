@@ -25,7 +25,8 @@ from pathlib import Path
 from honing.rollout.engines.base import Prompt
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
-from honing.trainer.loop import StepReport, train
+from honing.trainer.loop import train
+from honing.trainer.result import StepReport
 from honing.trainer.run_config import TrainConfig
 
 QUESTION = re.compile(r"What is (\d+) ([+-]) (\d+)\?")

@@ -27,20 +27,47 @@ from honing.rollout.engines.base import (
 )
 
 
-def make_engine(spec: str, *, dtype: Dtype = "auto", max_batch: int = 32) -> Engine:
-    """The engine a command-line spec names (see the module docstring)."""
+def make_engine(
+    spec: str,
+    *,
+    dtype: Dtype = "auto",
+    max_batch: int = 32,
+    prefix_cache: bool = True,
+    seed: int | None = None,
+    tokens_of: str | None = None,
+    lora_adapters: bool = False,
+) -> Engine:
+    """The engine a spec names (see the module docstring): the one factory behind `honing
+    train`, `eval`, `rollout` and `serve`. hf: `dtype`, `max_batch` (its decoding slots),
+    `prefix_cache` and `seed`. openai: `tokens_of`, a model whose tokenizer makes the engine
+    exchange token ids with the server (token-faithful rollouts, as training needs), and the
+    server's `lora_adapters` (whether it hot-loads LoRA adapters, which weight sync uses)."""
     if spec.startswith("openai:"):
         from honing.rollout.engines.openai import OpenAIConfig, OpenAIEngine
 
         url, _, model = spec.removeprefix("openai:").partition("#")
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"engine {spec!r}: expected openai:http(s)://HOST:PORT/v1[#MODEL]")
-        return OpenAIEngine(OpenAIConfig(base_url=url, model=model or None))
+        server = OpenAIConfig(base_url=url, model=model or None, lora_adapters=lora_adapters)
+        if tokens_of is None:
+            return OpenAIEngine(server)
+        from transformers import AutoTokenizer
+
+        from honing.rollout.models import resolve_model
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokens_of))
+        return OpenAIEngine(server, tokenizer=tokenizer)
     if spec.startswith("scripted:"):
         raise ConfigError("the scripted engine is built in code (ScriptedEngine), not by name")
     from honing.rollout.engines.hf import HFEngine
 
-    return HFEngine.load(spec.removeprefix("model:"), dtype=dtype, max_batch=max_batch)
+    return HFEngine.load(
+        spec.removeprefix("model:"),
+        dtype=dtype,
+        max_batch=max_batch,
+        prefix_cache=prefix_cache,
+        seed=seed,
+    )
 
 
 __all__ = [

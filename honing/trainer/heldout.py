@@ -1,0 +1,218 @@
+"""Held-out evaluation during `honing train`: every held-out set played now, recorded, and the
+sets that fell below their best after a phase reported as forgetting.
+
+    heldout = HeldOut(config, run, pool, sinks=sinks, progress=progress, on_eval=on_eval)
+    points = await heldout.evaluate(engine, "before", state)      # -> list[EvalPoint]
+    heldout.check_forgetting("main", points, state)                # -> list[Forgetting]
+
+The sets are the run's held-out sources with every task that training or the warm start asks
+left out (`honing.trainer.sources.heldout_sets`); each is played with the three tiers of
+`honing eval`, its point appended to the run's evals.jsonl, the event log and the sinks.
+Not covered: when to evaluate (the loop decides), the accounting of gains (`trainer.gains`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from honing.config import StrictModel
+from honing.eval.metrics import Episode
+from honing.eval.model import evaluate_engine
+from honing.observe.events import emit
+from honing.observe.metrics import episode_fields, eval_scalars
+from honing.observe.progress import RunProgress
+from honing.observe.sinks import MetricSink, log_to
+from honing.records import Trajectory
+from honing.rollout.engines.base import Engine
+from honing.sandbox import SandboxPool
+from honing.tasks.synthetic import UNSEEN_TAG
+from honing.trainer.gains import tag_scores
+from honing.trainer.run_config import TrainConfig
+from honing.trainer.run_dir import EvalPoint, RunDir
+from honing.trainer.sources import heldout_sets
+
+log = logging.getLogger(__name__)
+
+
+class Forgetting(StrictModel):
+    """A held-out set that fell below its best after a phase."""
+
+    set: str
+    phase: str  # the phase after which it was measured
+    best: float
+    best_step: int
+    now: float
+    step: int
+    best_infra: int = 0  # infra failures left out of `best`
+    now_infra: int = 0  # ... and of `now`
+
+    def fell(self) -> str:
+        """`B% (step S; infra failures I) to N% (infra failures J)`."""
+        return (
+            f"{100 * self.best:.0f}% (step {self.best_step}; infra failures {self.best_infra}) "
+            f"to {100 * self.now:.0f}% (infra failures {self.now_infra})"
+        )
+
+
+class History(Protocol):
+    """What evaluation reads and extends of the loop's state."""
+
+    step: int
+    evals: list[EvalPoint]
+    forgetting: list[Forgetting]
+
+
+def percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+class _EvalProgress:
+    """Logs an evaluation's progress at each quarter (and shows it live, when shown)."""
+
+    def __init__(self, name: str, total: int, live: RunProgress | None = None) -> None:
+        self.name, self.total, self.live = name, total, live
+        self.done = self.passed = self.infra = 0
+        self.outcomes: dict[str, bool] = {}  # TASK#SAMPLE -> solved, judged episodes only
+
+    def __call__(self, episode: Episode) -> None:
+        self.done += 1
+        self.passed += int(episode.success)
+        self.infra += int(episode.infra_failed)
+        if not episode.infra_failed:
+            self.outcomes[f"{episode.task_id}#{episode.sample}"] = episode.success
+        if self.live is not None:
+            self.live.activity(f"eval {self.name} {self.done}/{self.total}")
+        if self.done % max(1, self.total // 4) == 0 and self.done < self.total:
+            log.info("eval %s: %d/%d episodes, %d passed, infra failures %d", self.name,
+                     self.done, self.total, self.passed, self.infra)  # fmt: skip
+
+
+class HeldOut:
+    """The run's held-out sets and their evaluation (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        run: RunDir,
+        pool: SandboxPool,
+        *,
+        sinks: Sequence[MetricSink] = (),
+        progress: RunProgress | None = None,
+        on_eval: Callable[[EvalPoint], None] | None = None,
+    ) -> None:
+        self.config, self.run, self.pool = config, run, pool
+        self.sinks, self.progress, self.on_eval = sinks, progress, on_eval
+        self.sets = heldout_sets(config)  # unseen: nothing trained on asks their tasks
+
+    def __bool__(self) -> bool:
+        return bool(self.sets)
+
+    async def evaluate(self, engine: Engine, phase: str, state: History) -> list[EvalPoint]:
+        """Every held-out set, now (after `state.step` updates); recorded in `state.evals`, the
+        run's evals.jsonl, the event log and the sinks."""
+        cfg = self.config
+        agent = cfg.agent_config(cfg.eval.temperature, cfg.seed)
+        step = state.step
+        points = []
+        for name, taskset in self.sets.items():
+            total = len(taskset.tasks) * cfg.eval.k
+            log.info("eval %s (%s): %d episodes", name, phase, total)
+
+            def logged(trajectory: Trajectory, set_name: str = name) -> None:
+                fields = episode_fields(trajectory, split="eval", set=set_name, staleness=None)
+                emit("episode", step, **fields)
+
+            progress = _EvalProgress(name, total, self.progress)
+            report = await evaluate_engine(
+                taskset,
+                engine,
+                self.pool,
+                name=f"step {step}",
+                k=cfg.eval.k,
+                config=cfg.env_config,
+                agent=agent,
+                concurrency=cfg.engine.slots,  # the engine decodes them together
+                on_episode=progress,
+                on_trajectory=logged,
+            )
+            e2e = report.end_to_end
+            point = EvalPoint(
+                step=step,
+                phase=phase,
+                set=name,
+                success=e2e.success_rate,
+                passed=e2e.passed,
+                total=e2e.total,
+                infra_failed=e2e.infra_failed,
+                seconds=report.elapsed_s,
+                well_formed=report.single_step.well_formed_rate,
+                mean_steps=report.trajectory.mean_steps,
+                recovery=report.trajectory.recovery_rate,
+                outcomes=progress.outcomes,
+                by_tag=tag_scores(progress.outcomes, {t.id: t.tags for t in taskset.tasks}),
+            )
+            unseen = point.by_tag.get(UNSEEN_TAG)
+            log.info(
+                "eval %s (%s): success %s (%d/%d; infra failures %d)%s, well-formed actions %s, "
+                "%.1f steps per episode, in %.0f s",
+                name,
+                phase,
+                percent(e2e.success_rate),
+                e2e.passed,
+                e2e.total,
+                e2e.infra_failed,
+                f"; worded as training never is {percent(unseen[0] / unseen[1])} "
+                f"({unseen[0]}/{unseen[1]})"
+                if unseen and unseen[1]
+                else "",
+                percent(point.well_formed),
+                point.mean_steps or 0.0,
+                report.elapsed_s,
+            )
+            points.append(point)
+            state.evals.append(point)
+            self.run.append_eval(point)
+            emit("eval", step, **point.model_dump(mode="json", exclude={"step", "outcomes"}))
+            log_to(self.sinks, step, eval_scalars(name, point.success, point.well_formed))
+            if self.on_eval is not None:
+                self.on_eval(point)
+        return points
+
+    def check_forgetting(
+        self, phase: str, points: Sequence[EvalPoint], state: History
+    ) -> list[Forgetting]:
+        """Sets now more than the threshold below their best earlier measurement; recorded in
+        `state.forgetting` and warned."""
+        found = []
+        for point in points:
+            earlier = [
+                p
+                for p in state.evals
+                if p.set == point.set and p.step < point.step and p.success is not None
+            ]
+            if not earlier or point.success is None:
+                continue
+            best = max(earlier, key=lambda p: (p.success or 0.0, -p.step))
+            assert best.success is not None
+            if best.success - point.success > self.config.eval.forgetting_threshold:
+                event = Forgetting(
+                    set=point.set,
+                    phase=phase,
+                    best=best.success,
+                    best_step=best.step,
+                    now=point.success,
+                    step=point.step,
+                    best_infra=best.infra_failed,
+                    now_infra=point.infra_failed,
+                )
+                found.append(event)
+                message = (
+                    f"forgetting: held-out {point.set} fell from {event.fell()} after phase "
+                    f"{phase!r}"
+                )
+                log.warning("%s", message)
+                emit("warning", point.step, message=message)
+        state.forgetting.extend(found)
+        return found
