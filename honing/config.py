@@ -19,6 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from honing.errors import ConfigError
 
+# Sandbox cells per CPU by default: on the soak's mix (benchmarks/sandbox_soak.py), 2 cores ran
+# 188 exec/s with 2 cells, ~230 with 3 and ~236 with 4 (quiet, 1 min each): a program that sleeps,
+# waits out a time limit or leaves processes for the zygote to wait on idles its cell, not a core.
+CELLS_PER_CPU = 2
+
 
 def default_home() -> Path:
     """Where honing keeps caches and reports: $HONING_HOME, default ~/.cache/honing."""
@@ -54,7 +59,12 @@ class SandboxConfig(StrictModel):
         "'none': no isolation, for development where bubblewrap is missing; warns at every start.",
     )
     pool_size: int | None = Field(
-        None, ge=1, description="Number of warm cells; default: the CPUs this process may use."
+        None,
+        ge=1,
+        description="Number of warm cells; default: two per CPU this process may use, so that a "
+        "cell whose program sleeps or waits out a limit leaves its core to another (when every "
+        "cell runs a CPU-bound program, each gets half a core: set the CPU count where programs "
+        "run close to their time limit).",
     )
     runtime: str | None = Field(
         None, description="Named runtime from `honing sandbox runtime build`; default: stdlib only."
@@ -89,7 +99,7 @@ class SandboxConfig(StrictModel):
 
     @property
     def size(self) -> int:
-        return self.pool_size or len(os.sched_getaffinity(0)) or 1
+        return self.pool_size or CELLS_PER_CPU * (len(os.sched_getaffinity(0)) or 1)
 
 
 M = TypeVar("M", bound=BaseModel)

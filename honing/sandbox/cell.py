@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 30.0
 CGROUP_RELEASE_S = 5.0  # how long a closed cell's processes may take to leave its cgroup
 CELL_PROCESSES = 2  # bubblewrap's monitor and the zygote, counted in the cell's pids cgroup
-# A reply holds both streams JSON-escaped (a control byte becomes 6 characters).
-READER_LIMIT = 1 << 31
+# The longest JSON line a cell may send (a job's streams follow its line as raw bytes).
+READER_LIMIT = 1 << 20
 # Joins the cell's cgroups before bubblewrap starts, so nothing of the cell runs outside them.
 JOIN_CGROUPS = 'for f in $HONING_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"'
 
@@ -48,6 +48,8 @@ class Cell:
         self._proc: asyncio.subprocess.Process | None = None
         self._memory_limit: int | None = None
         self._max_procs: int | None = None
+        self._header: tuple[dict[str, Any], list[int]] | None = None  # a reply read in part
+        self._abort_deadline_s: float | None = None  # set by abort() until finish_aborted()
 
     @property
     def alive(self) -> bool:
@@ -71,7 +73,7 @@ class Cell:
                 limit=READER_LIMIT,
             )
         try:
-            ready = await self._read_line(START_TIMEOUT_S)
+            ready = await self._read_reply(START_TIMEOUT_S)
         except CellCrashed as exc:
             raise SandboxUnavailable(
                 f"sandbox cell {self.name} failed to start: {exc}. If bubblewrap reports "
@@ -99,11 +101,36 @@ class Cell:
         except (ConnectionError, RuntimeError) as exc:
             await self.kill()
             raise CellCrashed(f"cell {self.name} stopped reading jobs: {exc}") from exc
-        result = await self._read_line(deadline_s)
+        result = await self._read_reply(deadline_s)
         if "internal_error" in result:
             await self.kill()
             raise CellCrashed(f"cell {self.name} zygote failed: {result['internal_error']}")
         return result
+
+    def abort(self, deadline_s: float) -> bool:
+        """Ask the zygote to stop the job it runs (whose run was cancelled), without waiting;
+        `finish_aborted` then takes its reply. False when the cell cannot be asked."""
+        proc = self._proc
+        if proc is None or proc.stdin is None or not self.alive:
+            return False
+        try:
+            proc.stdin.write(b"\n")
+        except (ConnectionError, RuntimeError):
+            return False
+        self._abort_deadline_s = deadline_s
+        return True
+
+    @property
+    def aborting(self) -> bool:
+        """A job was aborted and its reply not yet taken (`finish_aborted`)."""
+        return self._abort_deadline_s is not None
+
+    async def finish_aborted(self) -> None:
+        """Wait for the aborted job's reply (the zygote has killed its processes by then) and
+        drop it; the cell is then ready for the next job. CellCrashed if it never comes."""
+        assert self._abort_deadline_s is not None, "abort() first"
+        await self._read_reply(self._abort_deadline_s)
+        self._abort_deadline_s = None
 
     def set_limits(self, job_bytes: int, job_procs: int) -> None:
         """Point the cell's cgroup limits at one job (written only when they change)."""
@@ -119,27 +146,42 @@ class Cell:
             self._max_procs = procs
         self.cgroup.reset_peak()
 
-    async def _read_line(self, timeout_s: float) -> dict[str, Any]:
+    async def _read_reply(self, timeout_s: float) -> dict[str, Any]:
+        """The zygote's next reply: its JSON line, and the raw streams that follow it decoded
+        into "stdout" and "stderr" (with errors="replace", as python's own would show them).
+        A read cancelled between the line and the streams resumes at the streams."""
         proc = self._proc
         assert proc is not None and proc.stdout is not None
+        line = b""
         try:
             async with asyncio.timeout(timeout_s):  # no extra task per job, unlike wait_for
-                line = await proc.stdout.readline()
+                if self._header is None:
+                    line = await proc.stdout.readline()
+                    if not line:
+                        raise EOFError
+                    reply = json.loads(line)
+                    if not isinstance(reply, dict):
+                        raise ValueError("not a JSON object")
+                    sizes = [reply.pop("stdout_bytes", 0), reply.pop("stderr_bytes", 0)]
+                    if not all(type(n) is int and n >= 0 for n in sizes):
+                        raise ValueError(f"stream sizes {sizes!r}")
+                    self._header = reply, sizes
+                reply, sizes = self._header
+                streams = await proc.stdout.readexactly(sum(sizes))
+                self._header = None
         except TimeoutError:
             await self.kill()
             raise CellCrashed(f"cell {self.name} did not answer within {timeout_s:.1f}s") from None
-        except ValueError as exc:  # a line past the stream limit
+        except (EOFError, asyncio.IncompleteReadError):
             await self.kill()
-            raise CellCrashed(f"cell {self.name} sent an oversized reply: {exc}") from exc
-        if not line:
+            raise CellCrashed(f"cell {self.name} exited ({self.log_tail()})") from None
+        except ValueError as exc:  # JSONDecodeError is one
             await self.kill()
-            raise CellCrashed(f"cell {self.name} exited ({self.log_tail()})")
-        try:
-            parsed: dict[str, Any] = json.loads(line)
-        except json.JSONDecodeError as exc:
-            await self.kill()
-            raise CellCrashed(f"cell {self.name} sent a malformed reply: {line[:200]!r}") from exc
-        return parsed
+            what = f"a malformed reply: {line[:200]!r}" if line else f"an oversized reply: {exc}"
+            raise CellCrashed(f"cell {self.name} sent {what}") from exc
+        reply["stdout"] = streams[: sizes[0]].decode("utf-8", errors="replace")
+        reply["stderr"] = streams[sizes[0] :].decode("utf-8", errors="replace")
+        return reply
 
     def log_tail(self, n: int = 800) -> str:
         try:

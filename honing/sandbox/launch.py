@@ -5,7 +5,8 @@ The filesystem a cell sees (all read-only except /workspace and /tmp):
     /usr, /bin, /lib*, /sbin      the system's programs and shared libraries (as on the host)
     /etc/ld.so.cache              so the dynamic loader finds libraries (nothing else from /etc)
     <python prefix>               the interpreter, its stdlib and libpython, at its host path
-    /opt/honing/zygote.py         the warm interpreter's server
+    /opt/honing/zygote.py         the warm interpreter's server (its source, for tracebacks)
+    /opt/honing/zygote.pyc        the same, compiled: what the cell runs
     /opt/honing/runtime           the packages of a named runtime, when one is used
     /workspace                    this cell's workspace (read-write, emptied after each job)
     /tmp, /dev/shm                private tmpfs of fixed size each, emptied after each job
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import py_compile
 import shutil
 import sys
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from honing.errors import SandboxUnavailable
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 INSIDE_ZYGOTE = "/opt/honing/zygote.py"
+INSIDE_COMPILED = "/opt/honing/zygote.pyc"
 INSIDE_RUNTIME = "/opt/honing/runtime"
 INSIDE_WORKSPACE = "/workspace"
 INSIDE_TMP = "/tmp"
@@ -66,6 +69,7 @@ class Launcher:
     tmp_mb: int
     runtime_dir: Path | None = None
     preload: tuple[str, ...] = ()  # modules the zygote imports once, so every job finds them warm
+    compiled: Path | None = None  # the zygote's bytecode (`compile_zygote`); else its source runs
 
     def check(self) -> None:
         if self.isolation == "bwrap" and shutil.which("bwrap") is None:
@@ -76,7 +80,7 @@ class Launcher:
         if self.isolation == "none":
             runtime = str(self.runtime_dir) if self.runtime_dir else ""
             spec = self._spec(str(workspace), str(tmp), runtime or None, [])
-            return [python, "-I", "-S", "-B", str(ZYGOTE), spec]
+            return [python, "-I", "-S", "-B", str(self.compiled or ZYGOTE), spec]
         args = [
             shutil.which("bwrap") or "bwrap",
             "--unshare-all",  # ipc, pid, net (loopback only), uts, cgroup
@@ -95,6 +99,8 @@ class Launcher:
         if not prefix.startswith("/usr/"):
             args += ["--ro-bind", prefix, prefix]
         args += ["--ro-bind", str(ZYGOTE), INSIDE_ZYGOTE]
+        if self.compiled is not None:
+            args += ["--ro-bind", str(self.compiled), INSIDE_COMPILED]
         runtime = ""
         if self.runtime_dir is not None:
             args += ["--ro-bind", str(self.runtime_dir), INSIDE_RUNTIME]
@@ -112,12 +118,24 @@ class Launcher:
         for key, value in clean_env().items():
             args += ["--setenv", key, value]
         spec = self._spec(INSIDE_WORKSPACE, INSIDE_TMP, runtime or None, [INSIDE_SHM])
-        args += ["--", python, "-I", "-S", "-B", INSIDE_ZYGOTE, spec]
+        zygote = INSIDE_ZYGOTE if self.compiled is None else INSIDE_COMPILED
+        args += ["--", python, "-I", "-S", "-B", zygote, spec]
         return args
 
     def _spec(self, workspace: str, tmp: str, runtime: str | None, scratch: list[str]) -> str:
         return json.dumps({"workspace": workspace, "tmp": tmp, "runtime": runtime,
                            "scratch": scratch, "preload": list(self.preload)})  # fmt: skip
+
+
+def compile_zygote(directory: Path, isolation: str) -> Path:
+    """The zygote compiled for the cells' interpreter (this one's version), as `directory`/
+    zygote.pyc. A cell that runs its source instead compiles it at start and keeps ~2 MB of the
+    parser's memory, which every fork then copies: ~0.2 ms more per job in the zygote and as
+    much in the child."""
+    target = directory / "zygote.pyc"
+    shown = INSIDE_ZYGOTE if isolation == "bwrap" else str(ZYGOTE)  # where its source is seen
+    py_compile.compile(str(ZYGOTE), cfile=str(target), dfile=shown, doraise=True, optimize=0)
+    return target
 
 
 def _system_mounts() -> list[str]:

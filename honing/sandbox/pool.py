@@ -18,7 +18,8 @@ Each run takes an idle cell, fills its workspace, sets the cell's memory limit, 
 classifies the reply into an `ExecResult`. A cell that crashes is replaced in the background;
 runs waiting for a cell simply get the replacement, so no queued work is lost. The run that was
 on the crashed cell is reported as `sandbox_error` (or `memory_limit` when the kernel's OOM killer
-is what brought the cell down), never as a program error.
+is what brought the cell down), never as a program error. A cancelled run's program is stopped
+and its cell reused (on a persistent workspace, the cell is replaced).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Coroutine, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from honing.errors import CellCrashed, SandboxError, SandboxUnavailable, Workspa
 from honing.sandbox import fs
 from honing.sandbox.cell import Cell
 from honing.sandbox.cgroups import DELEGATE_HINT, PoolCgroups
-from honing.sandbox.launch import Launcher
+from honing.sandbox.launch import Launcher, compile_zygote
 from honing.sandbox.runtime import RuntimeStore
 from honing.types import ExecRequest, ExecResult, ExecStatus
 
@@ -264,6 +265,8 @@ class SandboxPool:
         self.state = PoolState.RUNNING
         try:
             self._check_cgroup_requirement()
+            compiled = compile_zygote(self._root, cfg.isolation)
+            self._launcher = replace(self._launcher, compiled=compiled)
             cells = await asyncio.gather(*(self._new_cell() for _ in range(cfg.size)))
             self._enforcement = self._enforcement_of(cells)
             self._check_seccomp_requirement(cells)
@@ -560,8 +563,21 @@ class SandboxPool:
             self._runs += 1
             if healthy and cell.alive:
                 self._give_back(cell)
+            elif cell.aborting:
+                self._in_background(self._take_back(cell))
             else:
                 self._replace(cell)
+
+    async def _take_back(self, cell: Cell) -> None:
+        """The cell of a cancelled run, once its zygote has stopped the job and said so, is
+        idle again: a cancellation costs a kill, not a new cell."""
+        try:
+            await cell.finish_aborted()
+            fs.wipe(cell.workspace)
+        except (CellCrashed, OSError):
+            self._replace(cell)
+            return
+        self._give_back(cell)
 
     async def _execute(
         self, cell: Cell, req: ExecRequest, ws: Workspace | None
@@ -602,8 +618,12 @@ class SandboxPool:
             cell.set_limits(memory, max_procs)
             reply = await cell.execute(job, timeout + HARD_DEADLINE_GRACE_S)
         except asyncio.CancelledError:
-            cell.kill_now()  # its zygote is still busy with this job: the cell goes
-            self._return_workspace(cell, ws)
+            # The zygote stops the job and the cell comes back once it has said so; a run on a
+            # persistent workspace loses its cell at once instead, so that the workspace's files
+            # are back before its lock lets the next run in.
+            if ws is not None or not cell.abort(timeout + HARD_DEADLINE_GRACE_S):
+                cell.kill_now()
+                self._return_workspace(cell, ws)
             raise
         except (CellCrashed, OSError) as exc:
             oom = cell.cgroup is not None and _safe_oom_kills(cell) > oom_before

@@ -7,12 +7,16 @@ library and never imports honing. Protocol, one JSON object per line:
                      "memory_bytes", "rlimit_as" (enforce memory_bytes as RLIMIT_AS, where
                      the cell has no memory cgroup), "max_procs", "max_output_bytes",
                      "max_file_bytes"}
+    host → zygote   an empty line while a job runs: stop it (the host gave up on it); the
+                    reply follows as usual, and an empty line that comes late is skipped
     zygote → host   {"ready": true, "pid", "seccomp", "seccomp_error" (why not, or "")} once
                     at start, then per job:
-                    {"exit_code", "signal", "stdout", "stderr", "stdout_truncated",
+                    {"exit_code", "signal", "stdout_bytes", "stderr_bytes", "stdout_truncated",
                      "stderr_truncated", "wall_s", "cpu_s", "maxrss_kb", "limit"}
+                    followed by the job's stdout and stderr, raw: that many bytes of each.
 
-`limit` is "timeout" or "output_limit" when the zygote ended the job for that reason, else null.
+`limit` is "timeout", "output_limit" or "aborted" when the zygote ended the job for that reason,
+else null; a job aborted before it started gets {"limit": "aborted"} alone.
 
 Under bubblewrap the zygote is pid 1 of the cell's pid namespace (`--as-pid-1`). That gives two
 properties for free: a job cannot signal it (the kernel drops signals to a namespace's init that
@@ -41,6 +45,7 @@ import errno
 import gc
 import importlib
 import io
+import itertools
 import json
 import linecache
 import os
@@ -207,6 +212,7 @@ class Zygote:
             sys.path.insert(0, runtime_path)
         os.environ["TMPDIR"] = tmp
         self.jobs = 0
+        self.host = -1  # our copy of the host's pipe (serve() makes it)
         self.seccomp = False
         self.seccomp_error = ""
 
@@ -226,6 +232,7 @@ class Zygote:
         for name in self.preload:  # asked for by the pool: a failure here is the pool's error
             importlib.import_module(name)
         compile("pass", "<warm-up>", "exec")  # the first compile in a process is slow
+        _warm_up_reporting()
         # The builtins site.main() adds, which python -S leaves out: exit(), quit(), help()…
         site.setquit()
         site.setcopyright()
@@ -237,19 +244,28 @@ class Zygote:
         gc.freeze()
         # Default dispositions everywhere: as pid 1, a signal with no handler cannot reach us.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+        out = os.fdopen(os.dup(1), "wb")
         ready = {"ready": True, "pid": os.getpid(), "seccomp": self.seccomp,
                  "seccomp_error": self.seccomp_error}  # fmt: skip
         self._reply(out, ready)
-        stdin = os.fdopen(os.dup(0), "rb")
+        self.host = os.dup(0)
+        # Limits every job has, set once here for the children to inherit (the zygote neither
+        # dumps core nor uses POSIX message queues).
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # no POSIX queues to leave
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
-        for line in stdin:
+        pending = bytearray()  # read from the host, not yet used
+        while (line := self._next_line(pending)) is not None:
             if not line.strip():
-                continue
+                continue  # an abort that came after its job had ended
             try:
-                result = self.run(json.loads(line))
+                if pending:  # nothing follows a job but its abort: it is over before it began
+                    pending.clear()
+                    result: dict[str, Any] = {"limit": "aborted"}
+                else:
+                    result = self.run(json.loads(line))
             except Exception as exc:  # a bug here must not take the cell down silently
                 result = {"internal_error": f"{type(exc).__name__}: {exc}"}
             self._reply(out, result)
@@ -261,9 +277,28 @@ class Zygote:
                 gc.collect()
                 gc.freeze()
 
+    def _next_line(self, pending: bytearray) -> bytes | None:
+        """The host's next line (None once it has closed our stdin)."""
+        searched = 0
+        while (end := pending.find(b"\n", searched)) < 0:
+            searched = len(pending)
+            chunk = os.read(self.host, READ_CHUNK)
+            if not chunk:
+                return None
+            pending += chunk
+        line = bytes(pending[:end])
+        del pending[: end + 1]
+        return line
+
     @staticmethod
-    def _reply(out: io.TextIOWrapper, obj: dict[str, Any]) -> None:
-        out.write(json.dumps(obj) + "\n")
+    def _reply(out: io.BufferedWriter, obj: dict[str, Any]) -> None:
+        """One JSON line, then the job's streams as they came (their lengths are in the line):
+        a megabyte of output costs a copy, not a decode and ~7 ms of JSON escaping."""
+        stdout, stderr = obj.pop("stdout", b""), obj.pop("stderr", b"")
+        obj["stdout_bytes"], obj["stderr_bytes"] = len(stdout), len(stderr)
+        out.write(json.dumps(obj).encode() + b"\n")
+        out.write(stdout)
+        out.write(stderr)
         out.flush()
 
     def run(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -276,7 +311,7 @@ class Zygote:
             os.write(stdin_fd, job["stdin"].encode())
             os.lseek(stdin_fd, 0, os.SEEK_SET)
         else:
-            stdin_fd = os.open(os.devnull, os.O_RDONLY)
+            stdin_fd = os.open(os.devnull, os.O_RDONLY)  # its own: no state shared by jobs
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             self._child(job, program, stdin_fd, out_w, err_w)
@@ -305,7 +340,7 @@ class Zygote:
         truncated = {out_r: False, err_r: False}
         pidfd = os.pidfd_open(pid)
         poller = select.poll()
-        for fd in (out_r, err_r, pidfd):
+        for fd in (out_r, err_r, pidfd, self.host):  # the host writes only to stop the job
             poller.register(fd, select.POLLIN)
         deadline = start + float(job["timeout_s"])
         limit: str | None = None
@@ -319,6 +354,9 @@ class Zygote:
                     break
                 events = poller.poll(remaining * 1000)
                 for fd, _ in events:
+                    if fd == self.host:  # left unread: the serve loop skips the empty line
+                        limit = "aborted"
+                        break
                     if fd == pidfd:
                         exited = True
                         poller.unregister(pidfd)
@@ -353,8 +391,8 @@ class Zygote:
         return {
             "exit_code": exit_code if exit_code >= 0 else None,
             "signal": -exit_code if exit_code < 0 else None,
-            "stdout": bufs[out_r].decode("utf-8", errors="replace"),
-            "stderr": bufs[err_r].decode("utf-8", errors="replace"),
+            "stdout": bufs[out_r],
+            "stderr": bufs[err_r],
             "stdout_truncated": truncated[out_r],
             "stderr_truncated": truncated[err_r],
             "wall_s": wall,
@@ -421,8 +459,6 @@ class Zygote:
                 pass
             cpu = max(1, int(float(job["cpu_s"]) + 0.999))
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # no POSIX queues to leave
             fsize = int(job["max_file_bytes"])
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
             if self.is_init:  # in the cell's own user namespace it counts only the cell's
@@ -462,6 +498,24 @@ class Zygote:
                     os.kill(os.getpid(), _signal.SIGINT)
                 code = 128 + _signal.SIGINT
             os._exit(code)
+
+
+def _warm_up_reporting() -> None:
+    """Report an uncaught exception here a few times, so that a failing job's traceback runs
+    code that is already specialised and caches that are filled, as the zygote's own pages."""
+    source = "def job(x):\n    return {'a': [x]}['a'][0] + 1 / x\n\njob(0)\n"
+    path = "<warm-up>"
+    linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+    stderr, sys.stderr = sys.stderr, io.StringIO()
+    try:
+        for _ in range(16):  # past the interpreter's warm-up count for each function
+            try:
+                exec(compile(source, path, "exec"), {"__name__": "__main__"})
+            except ZeroDivisionError as exc:
+                _display(exc)
+    finally:
+        sys.stderr = stderr
+        linecache.cache.pop(path, None)
 
 
 # -- the job's side: running a program as `python FILE` does, from start to finalisation -----
@@ -613,9 +667,116 @@ def _report_uncaught(exc: BaseException) -> int | None:
 
 
 def _display(exc: BaseException) -> None:
+    """Print what traceback.print_exception(exc) prints, formatting only the frames it shows."""
     with contextlib.suppress(BaseException):
         if sys.stderr is not None:
-            traceback.print_exception(exc, file=sys.stderr)
+            _report(exc).print(file=sys.stderr)
+
+
+_STDLIB_FORMATTING = (traceback.StackSummary.format, traceback.StackSummary.format_frame_summary)
+_CUTOFF: int = traceback._RECURSIVE_CUTOFF  # type: ignore[attr-defined]
+Key = tuple[str, int | None, str]  # what StackSummary.format() compares: file, line, function
+
+
+class _RepeatsSkipped(traceback.StackSummary):
+    """A stack that formats only the frames it prints. StackSummary.format() formats every
+    frame, then drops the repeats of a line past the third: unbounded recursion would cost ~40
+    ms of caret-finding (a compile per frame) for ~1,000 frames nobody sees (python's own C
+    printer checks first). `hidden`: the positions format() drops, which it formats in order."""
+
+    hidden: set[int]
+    calls = 0
+
+    def format_frame_summary(self, frame_summary: Any, **kwargs: Any) -> Any:
+        position = self.calls % len(self)
+        self.calls += 1
+        if position in self.hidden:
+            return ""  # not None: format() counts it, then drops it unseen
+        return super().format_frame_summary(frame_summary, **kwargs)
+
+
+def _hidden(keys: list[Key]) -> set[int]:
+    """The positions StackSummary.format() drops: past the third of a run of one line (as it
+    compares, a None field starts a new run)."""
+    hidden: set[int] = set()
+    last: Key | None = None
+    count = 0
+    for position, key in enumerate(keys):
+        if last is None or None in last or key != last:
+            last, count = key, 0
+        count += 1
+        if count > _CUTOFF:
+            hidden.add(position)
+    return hidden
+
+
+def _report(exc: BaseException) -> traceback.TracebackException:
+    """The stdlib's report of `exc`, as print_exception makes it, with its stacks made
+    `_RepeatsSkipped` (unless the program replaced the stdlib's formatting: then as it is)."""
+    summary = traceback.StackSummary
+    if (summary.format, summary.format_frame_summary) != _STDLIB_FORMATTING:
+        return traceback.TracebackException(type(exc), exc, exc.__traceback__, compact=True)
+    report = _report_from_shown_frames(exc) or traceback.TracebackException(
+        type(exc), exc, exc.__traceback__, compact=True, lookup_lines=False
+    )
+    _skip_hidden_repeats(report)
+    return report
+
+
+def _report_from_shown_frames(exc: BaseException) -> traceback.TracebackException | None:
+    """The report made from the frames of `exc`'s traceback that get printed, the dropped ones
+    put back in its stack as repeats of the frame before them (which format() counts, and
+    `_RepeatsSkipped` drops): extracting a frame costs ~5 us, and recursion makes ~1,000. None
+    where no frame is dropped, or with sys.tracebacklimit (python cuts the stack first)."""
+    if hasattr(sys, "tracebacklimit"):
+        return None
+    tbs: list[types.TracebackType] = []
+    keys: list[Key] = []
+    lines: dict[tuple[int, int], int | None] = {}  # (code, instruction): its first line
+    tb = exc.__traceback__
+    while tb is not None:
+        code, at = tb.tb_frame.f_code, tb.tb_lasti
+        if (id(code), at) not in lines:  # as traceback._walk_tb_with_full_positions finds it
+            positions = itertools.islice(code.co_positions(), at // 2, None)
+            lines[id(code), at] = next(positions)[0] if at >= 0 else None
+        line = lines[id(code), at]
+        keys.append((code.co_filename, tb.tb_lineno if line is None else line, code.co_name))
+        tbs.append(tb)
+        tb = tb.tb_next
+    hidden = _hidden(keys)
+    if not hidden:
+        return None
+    shown = None
+    for position in reversed(range(len(tbs))):
+        if position not in hidden:
+            t = tbs[position]
+            shown = types.TracebackType(shown, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    report = traceback.TracebackException(type(exc), exc, shown, compact=True, lookup_lines=False)
+    frames = iter(report.stack)
+    stack: list[traceback.FrameSummary] = []
+    for position in range(len(tbs)):  # a dropped frame has three shown ones before it
+        stack.append(stack[-1] if position in hidden else next(frames))
+    if [(f.filename, f.lineno, f.name) for f in stack] != keys:  # not as format() will count
+        return None
+    report.stack = traceback.StackSummary(stack)
+    return report
+
+
+def _skip_hidden_repeats(report: traceback.TracebackException) -> None:
+    """Make every stack of the report (its chain and group members too) a `_RepeatsSkipped`."""
+    todo: list[traceback.TracebackException | None] = [report]
+    seen: set[int] = set()
+    while todo:
+        te = todo.pop()
+        if te is None or id(te) in seen:
+            continue
+        seen.add(id(te))
+        todo += [te.__cause__, te.__context__, *(getattr(te, "exceptions", None) or ())]
+        if type(te.stack) is traceback.StackSummary:
+            te.stack.__class__ = _RepeatsSkipped
+            te.stack.hidden = _hidden(  # type: ignore[attr-defined]
+                [(f.filename, f.lineno, f.name) for f in te.stack]
+            )
 
 
 def _write_stderr(text: str) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import textwrap
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -172,11 +175,69 @@ async def test_a_cancelled_run_does_not_leak_its_reply_into_the_next(pool1: Sand
     slow = ExecRequest(code="import time; time.sleep(30); print('stale')", timeout_s=60)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(pool1.run(slow), 0.5)
-    # The only cell was busy with the cancelled job: it is replaced, and the next run gets its
-    # own reply, not the cancelled one's.
+    # The only cell was busy with the cancelled job: the next run gets its own reply, not the
+    # cancelled one's.
     result = await pool1.run(ExecRequest(code="print('fresh')"))
     assert result.status is ExecStatus.OK, result
     assert result.stdout == "fresh\n"
+
+
+async def test_a_cancelled_run_stops_its_program_and_its_cell_is_reused(
+    pool1: SandboxPool, token: str, sleep_token: str, host_pids_with: Callable[[str], list[int]]
+) -> None:
+    [cell] = pool1._cells.values()
+    marker = f"started-{token}"
+    program = textwrap.dedent(
+        f"""
+        import subprocess, time
+        subprocess.Popen(["sleep", "{sleep_token}"])  # a process besides the program's
+        open("/tmp/litter", "w").close()
+        open({marker!r}, "w").close()
+        time.sleep(60)
+        """
+    )
+    for _ in range(3):
+        run = asyncio.ensure_future(pool1.run(ExecRequest(code=program, timeout_s=120)))
+        await _wait_for(lambda: (cell.workspace / marker).exists())
+        started = time.monotonic()
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        listing = "import os; print(os.listdir('.'), os.listdir('/tmp'))"
+        after = await pool1.run(ExecRequest(code=listing))
+        assert after.stdout == "[] []\n", after  # nothing of the cancelled job is left
+        assert time.monotonic() - started < 10  # stopped, not waited out
+        assert host_pids_with(sleep_token) == []
+    assert list(pool1._cells.values()) == [cell]  # the same cell all along: no replacement
+
+
+async def test_a_cancel_that_comes_as_the_program_ends_stops_nothing_else(
+    pool1: SandboxPool,
+) -> None:
+    # The cancel may reach the cell after the job has ended: the next jobs must run untouched.
+    for delay in (0.0, 0.001, 0.005, 0.02, 0.05):
+        run = asyncio.ensure_future(pool1.run(ExecRequest(code="print('quick')")))
+        await asyncio.sleep(delay)
+        run.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        results = await pool1.run_many([ExecRequest(code=f"print({i})") for i in range(3)])
+        assert [r.stdout for r in results] == ["0\n", "1\n", "2\n"], results
+    assert len(pool1._cells) == 1
+
+
+async def test_a_cancelled_run_on_a_workspace_gives_its_files_back(pool1: SandboxPool) -> None:
+    ws = pool1.workspace()
+    ws.write("state.txt", "kept")
+    program = "open('started', 'w').close()\nimport time\ntime.sleep(60)"
+    run = asyncio.ensure_future(pool1.run(ExecRequest(code=program, workspace=ws.id)))
+    await _wait_for(lambda: any((c.workspace / "started").exists() for c in pool1._cells.values()))
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert ws.read("state.txt") == b"kept"
+    result = await pool1.run(ExecRequest(code="print(open('state.txt').read())", workspace=ws.id))
+    assert result.stdout == "kept\n", result
 
 
 async def test_a_replaced_cell_leaves_no_cgroup_fd_or_directory_behind(
@@ -197,9 +258,9 @@ async def test_a_replaced_cell_leaves_no_cgroup_fd_or_directory_behind(
     victim = ExecRequest(code=f"open({marker!r}, 'w').close()\nimport time; time.sleep(60)")
     run = asyncio.ensure_future(pool1.run(victim))
     await _wait_for(lambda: (old.workspace / marker).exists())
-    run.cancel()  # the caller gives up: the cell is killed and replaced
-    with pytest.raises(asyncio.CancelledError):
-        await run
+    assert old._proc is not None
+    os.kill(old._proc.pid, signal.SIGKILL)  # the cell dies mid-job: it is replaced
+    assert (await run).status is ExecStatus.SANDBOX_ERROR
     # The only cell is the replacement, which starts once the old one is closed.
     assert (await pool1.run(ExecRequest(code="print('new')"))).stdout == "new\n"
     [new] = pool1._cells.values()
