@@ -32,6 +32,8 @@ from honing.trainer.run_dir import (
     WARM_DIR,
     EvalPoint,
     UpdateRecord,
+    as_float,
+    as_int,
     read_json,
     read_jsonl,
     read_yaml,
@@ -165,9 +167,9 @@ def load_run(run_dir: Path) -> RunData:
     episodes = _episodes_from_events(event_episodes, updates) if event_episodes else store_episodes
 
     end = by_kind["run_end"][-1] if by_kind["run_end"] else None
-    elapsed = _float(end.get("elapsed_s")) if end else None
+    elapsed = as_float(end.get("elapsed_s")) if end else None
     if elapsed is None and result is not None:
-        elapsed = _float(result.get("elapsed_s"))
+        elapsed = as_float(result.get("elapsed_s"))
     start = by_kind["run_start"][-1] if by_kind["run_start"] else None
     cfg = config or (start.get("config") if start and isinstance(start.get("config"), dict) else {})
     cfg = cfg if isinstance(cfg, dict) else {}
@@ -175,12 +177,12 @@ def load_run(run_dir: Path) -> RunData:
         name=str((start or {}).get("name") or cfg.get("name") or run_dir.name),
         model=str((start or {}).get("model") or cfg.get("model") or "not recorded"),
         planned_steps=_planned_steps(cfg),
-        groups_per_step=_int_or_none(cfg.get("groups_per_step")),
-        n=_int_or_none(cfg.get("n")),
+        groups_per_step=as_int(cfg.get("groups_per_step")),
+        n=as_int(cfg.get("n")),
         heldout_sets=tuple(cfg.get("heldout") or {}),
         finished=result is not None or end is not None,
         elapsed_s=elapsed,
-        warm_start_s=_float(warm.get("seconds")) if warm else None,
+        warm_start_s=as_float(warm.get("seconds")) if warm else None,
         precision=_precision(start, cfg),
         logprob_check=_logprob_check(by_kind["logprob_check"]),
         sandbox=_sandbox(by_kind["sandbox_start"]),
@@ -241,7 +243,7 @@ def _logprob_check(checks: Sequence[dict[str, Any]]) -> str:
     if not checks:
         return "not recorded"
     last = checks[-1]
-    diff, tokens = _float(last.get("max_abs_diff")), _int_or_none(last.get("tokens"))
+    diff, tokens = as_float(last.get("max_abs_diff")), as_int(last.get("tokens"))
     if diff is None or tokens is None:
         return "not recorded"
     verdict = "passed" if last.get("passed") else "over the threshold"
@@ -255,19 +257,11 @@ def _read_events(path: Path) -> list[dict[str, Any]]:
     return [{**e.data, "t": e.t, "kind": e.kind, "step": e.step} for e in read_events(path)]
 
 
-def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _planned_steps(cfg: dict[str, Any]) -> int | None:
-    steps = _int_or_none(cfg.get("steps"))
+    steps = as_int(cfg.get("steps"))
     phases = cfg.get("phases") or []
     if phases and isinstance(phases, list):
-        return sum(_int_or_none(p.get("steps")) or 0 for p in phases if isinstance(p, dict))
+        return sum(as_int(p.get("steps")) or 0 for p in phases if isinstance(p, dict))
     return steps
 
 
@@ -276,12 +270,12 @@ def _eval(record: dict[str, Any]) -> EvalPoint:
         step=int(record.get("step") or 0),
         phase=str(record.get("phase") or ""),
         set=str(record.get("set") or "?"),
-        success=_float(record.get("success")),
+        success=as_float(record.get("success")),
         passed=int(record.get("passed") or 0),
         total=int(record.get("total") or 0),
         infra_failed=int(record.get("infra_failed") or 0),
-        seconds=_float(record.get("seconds")) or 0.0,
-        well_formed=_float(record.get("well_formed")),
+        seconds=as_float(record.get("seconds")) or 0.0,
+        well_formed=as_float(record.get("well_formed")),
     )  # the fields the report shows; a run of an older honing may lack the rest
 
 
@@ -339,7 +333,7 @@ def _episodes_from_events(
     times = [(u.time, u.step) for u in updates if u.time is not None]
     out = []
     for e in events:
-        t, done = _float(e.get("t")), _int_or_none(e.get("step"))
+        t, done = as_float(e.get("t")), as_int(e.get("step"))
         if done is not None:
             step = done
         else:
@@ -353,18 +347,18 @@ def _episodes_from_events(
                 tags=tuple(str(x) for x in e.get("tags") or ()),
                 sample=int(e.get("sample") or 0),
                 success=bool(e.get("success")),
-                reward=_float(e.get("reward")) or 0.0,
+                reward=as_float(e.get("reward")) or 0.0,
                 components={
                     str(k): float(v)
                     for k, v in (e.get("components") or {}).items()
-                    if _float(v) is not None
+                    if as_float(v) is not None
                 },
                 ending=str(e.get("ending") or "done"),
                 failure=str(e["failure"]) if e.get("failure") else None,
-                generation_s=_float(e.get("generation_s")) or 0.0,
-                env_s=_float(e.get("env_s")) or 0.0,
-                queue_s=_float(e.get("queue_s")) or 0.0,
-                total_s=_float(e.get("total_s")) or 0.0,
+                generation_s=as_float(e.get("generation_s")) or 0.0,
+                env_s=as_float(e.get("env_s")) or 0.0,
+                queue_s=as_float(e.get("queue_s")) or 0.0,
+                total_s=as_float(e.get("total_s")) or 0.0,
                 policy_version=int(e.get("policy_version", -1)),
                 staleness=int(stale) if isinstance(stale, int) else None,
             )

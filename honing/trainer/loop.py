@@ -268,7 +268,7 @@ class Trainer:
         progress: RunProgress | None = None,
         on_step: Callable[[StepReport], None] | None = None,
     ) -> None:
-        self.config, self.run_dir, self.rundir = config, run.path, run
+        self.config, self.rundir = config, run
         self.engine, self.pool, self.learner, self.state = engine, pool, learner, state
         self.heldout, self.train_sets = heldout, train_sets
         self.mixer = TaskMixer(train_sets, {n: s.weight for n, s in config.train.items()},
@@ -302,7 +302,7 @@ class Trainer:
         )
         total = cfg.total_steps
         async with (
-            TrajectoryWriter(self.run_dir, flush_s=None) as writer,
+            TrajectoryWriter(self.rundir.path, flush_s=None) as writer,
             Scheduler(run_one, sched_config, version=lambda: self.engine.version) as sched,
         ):
             while self.state.step < total:
@@ -325,7 +325,7 @@ class Trainer:
                 if done % cfg.checkpoint.every == 0 or done == total:
                     self._activity("checkpoint")
                     self.checkpoint()
-        result = TrainResult.of(self.run_dir, self.state.step, self.state.evals,
+        result = TrainResult.of(self.rundir.path, self.state.step, self.state.evals,
                                 self.state.forgetting, self.elapsed(), self.precision,
                                 self.match)  # fmt: skip
         record = result_json(result, cfg.name)
@@ -469,7 +469,7 @@ class Trainer:
         started = time.perf_counter()
         state = self.state.model_copy(update={"elapsed_s": self.elapsed()})
         path = save_checkpoint(
-            self.run_dir,
+            self.rundir.path,
             self.state.step,
             self.learner,
             state.model_dump(mode="json"),

@@ -129,23 +129,23 @@ class UpdateRecord:
         """A metrics.jsonl line or an `update` event (its time is `t`); what a run of an older
         honing did not record is left at its default."""
         return UpdateRecord(
-            step=_int(record.get("step")) or 0,
+            step=as_int(record.get("step")) or 0,
             phase=str(record.get("phase") or ""),
-            episodes=_int(record.get("episodes")) or 0,
-            success_rate=_float(record.get("success_rate")),
-            reward_mean=_float(record.get("reward_mean")),
-            infra_errors=_int(record.get("infra_errors")) or 0,
-            rollout_s=_float(record.get("rollout_s")) or 0.0,
-            update_s=_float(record.get("update_s")) or 0.0,
-            sync_s=_float(record.get("sync_s")) or 0.0,
+            episodes=as_int(record.get("episodes")) or 0,
+            success_rate=as_float(record.get("success_rate")),
+            reward_mean=as_float(record.get("reward_mean")),
+            infra_errors=as_int(record.get("infra_errors")) or 0,
+            rollout_s=as_float(record.get("rollout_s")) or 0.0,
+            update_s=as_float(record.get("update_s")) or 0.0,
+            sync_s=as_float(record.get("sync_s")) or 0.0,
             learner=_numbers(record.get("learner"), flags=True),
             signal=_numbers(record.get("signal")),
             sources={str(k): int(v) for k, v in _numbers(record.get("sources")).items()},
             staleness={int(k): int(v) for k, v in _numbers(record.get("staleness")).items()},
-            tokens_per_s=_float(record.get("tokens_per_s")),
-            episodes_per_s=_float(record.get("episodes_per_s")),
+            tokens_per_s=as_float(record.get("tokens_per_s")),
+            episodes_per_s=as_float(record.get("episodes_per_s")),
             unaided_answers=_numbers(record.get("unaided_answers")),
-            time=_float(record.get("time", record.get("t"))),
+            time=as_float(record.get("time", record.get("t"))),
         )
 
 
@@ -154,11 +154,13 @@ def numeric_fields(record: Any) -> dict[str, float]:
     return _numbers({k: getattr(record, k) for k in record.__dataclass_fields__}, flags=True)
 
 
-def _float(value: Any) -> float | None:
+def as_float(value: Any) -> float | None:
+    """A JSON number as a float; None for anything else (a bool is not a number)."""
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _int(value: Any) -> int | None:
+def as_int(value: Any) -> int | None:
+    """A JSON integer; None for anything else (a bool is not a number)."""
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -169,7 +171,7 @@ def _numbers(value: Any, flags: bool = False) -> dict[str, float]:
     return {
         str(k): v if isinstance(v, bool) else float(v)
         for k, v in value.items()
-        if _float(v) is not None or (flags and isinstance(v, bool))
+        if as_float(v) is not None or (flags and isinstance(v, bool))
     }
 
 
