@@ -123,7 +123,7 @@ from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.loop import train
 from honing.trainer.precision import decide
-from honing.trainer.result import StepReport
+from honing.trainer.run_dir import UpdateRecord
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.sft import tool_call_text
 from honing.trainer.sources import TaskMixer, heldout_sets, load_source
@@ -648,9 +648,9 @@ def run_honing(settings: Settings, config: TrainConfig, start: Path, out: Path) 
     )
     run_config = validate_model(TrainConfig, data, source="learning_vs_trl")
     clock = BudgetClock(settings.budget_s)
-    reports: list[StepReport] = []
+    reports: list[UpdateRecord] = []
 
-    def on_step(report: StepReport) -> None:
+    def on_step(report: UpdateRecord) -> None:
         reports.append(report)
         assert clock.started is not None
         elapsed = time.monotonic() - clock.started

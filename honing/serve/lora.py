@@ -23,13 +23,9 @@ from typing import Any
 
 import torch
 
-from honing.errors import HoningError
+from honing.errors import ServeError
 
 PEFT_PREFIX = "base_model.model."
-
-
-class ServeError(HoningError):
-    """What the server refuses to load; the message says what is wrong and what to do."""
 
 
 @dataclass(frozen=True)

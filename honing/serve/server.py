@@ -35,7 +35,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from honing.envs.base import untrusted_json
-from honing.errors import ConfigError, EngineError
+from honing.errors import ConfigError, EngineError, ServeError
 from honing.rollout.engines import make_engine
 from honing.rollout.engines.base import (
     Dtype,
@@ -48,7 +48,7 @@ from honing.rollout.engines.base import (
 from honing.rollout.engines.hf import HFEngine
 from honing.rollout.saved_agent import SavedAgent, load_agent
 from honing.serve.chat import ChatRenderer, Rendered, cut_at_stop
-from honing.serve.lora import ServeError, read_adapter
+from honing.serve.lora import read_adapter
 from honing.serve.protocol import (
     APIError,
     ChatRequest,

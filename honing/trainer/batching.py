@@ -4,6 +4,7 @@
     batch_from_groups    -> TrainBatch: rewards [N], group ids [N], micro-batches packed by tokens
     micro_batches        trajectories -> padded micro-batches (no rewards needed: for scoring)
     MicroBatch           one forward pass: ids, attention mask, and next-token targets' tensors
+    pad_rows             token rows and loss masks -> padded ids, attention and mask (SFT too)
 
 Covered: next-token alignment (done here, once), packing by a token budget, the reward (the
 "outcome" component; a trajectory without one is an error), leaving out infrastructure-failed
@@ -128,24 +129,40 @@ def pack(lengths: Sequence[int], budget: int) -> list[list[int]]:
     return packs
 
 
-def _micro_batch(rows: list[int], trajectories: Sequence[Trajectory], pad_id: int) -> MicroBatch:
-    lengths = {i: trained_length(trajectories[i]) for i in rows}
-    width = max(lengths.values())
-    b = len(rows)
+def pad_rows(
+    token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]], pad_id: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Rows right-padded to the longest: ids [B, T] long (pad_id after each row's end), attention
+    [B, T] long (1 on the row's tokens) and mask [B, T] bool (the row's loss mask, False on padding
+    and in column 0: the first token is never predicted). A row's mask has its ids' length."""
+    b = len(token_ids)
+    width = max(len(row) for row in token_ids)
     ids = torch.full((b, width), pad_id, dtype=torch.long)
     attention = torch.zeros((b, width), dtype=torch.long)
     mask = torch.zeros((b, width), dtype=torch.bool)
-    logprobs = torch.zeros((b, width), dtype=torch.float32)
-    versions = torch.full((b, width), -1, dtype=torch.long)
+    for r, (row, row_mask) in enumerate(zip(token_ids, loss_masks, strict=True)):
+        n = len(row)
+        ids[r, :n] = torch.tensor(row, dtype=torch.long)
+        attention[r, :n] = 1
+        mask[r, :n] = torch.tensor(row_mask, dtype=torch.bool)
+    mask[:, 0] = False  # the first token is never predicted
+    return ids, attention, mask
+
+
+def _micro_batch(rows: list[int], trajectories: Sequence[Trajectory], pad_id: int) -> MicroBatch:
+    lengths = {i: trained_length(trajectories[i]) for i in rows}
+    ids, attention, mask = pad_rows(
+        [trajectories[i].token_ids[: lengths[i]] for i in rows],
+        [trajectories[i].loss_mask[: lengths[i]] for i in rows],
+        pad_id,
+    )
+    logprobs = torch.zeros(ids.shape, dtype=torch.float32)
+    versions = torch.full(ids.shape, -1, dtype=torch.long)
     for r, i in enumerate(rows):
         t = trajectories[i]
         n = lengths[i]
-        ids[r, :n] = torch.tensor(t.token_ids[:n], dtype=torch.long)
-        attention[r, :n] = 1
-        mask[r, :n] = torch.tensor(t.loss_mask[:n], dtype=torch.bool)
         logprobs[r, :n] = torch.tensor(t.logprobs[:n], dtype=torch.float32)
         versions[r, :n] = torch.tensor(t.versions[:n], dtype=torch.long)
-    mask[:, 0] = False  # the first token is never predicted
     return MicroBatch(
         prefix_len=shared_prefix(ids, attention, mask),
         input_ids=ids,

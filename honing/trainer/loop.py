@@ -17,7 +17,6 @@ Not covered: overlapping generation and training, multi-process learners.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import random
 import time
@@ -36,31 +35,35 @@ from honing.observe.metrics import (
     episode_fields,
     learning_signal,
     outcomes,
-    signal_warning,
     staleness,
     staleness_counts,
     update_metrics,
 )
 from honing.observe.progress import RunProgress
-from honing.observe.sinks import MetricSink, close_sinks, log_to, make_sinks
+from honing.observe.sinks import MetricSink, close_sinks, make_sinks
 from honing.records import Group, Trajectory
 from honing.rollout.agent import Gate, run_episode
-from honing.rollout.engines import make_engine
 from honing.rollout.engines.base import Engine
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
-from honing.sandbox import PoolUsage, SandboxPool
+from honing.sandbox import SandboxPool
 from honing.store import TrajectoryWriter
 from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.checkpoint import load_checkpoint, save_checkpoint
 from honing.trainer.heldout import Forgetting, HeldOut
 from honing.trainer.learner import Learner, MatchReport
 from honing.trainer.precision import RunPrecision, decide, startup_check
-from honing.trainer.result import StepReport, TrainResult, result_json
+from honing.trainer.result import (
+    TrainResult,
+    finish_run,
+    publish_update,
+    update_line,
+    update_record,
+    warn_update,
+)
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.run_dir import (
     BEFORE,
     EVENTS_FILE,
-    RESULT_FILE,
     WARM_START,
     WEIGHTS_DIR,
     EvalPoint,
@@ -68,7 +71,7 @@ from honing.trainer.run_dir import (
     UpdateRecord,
 )
 from honing.trainer.sources import TaskMixer, load_source
-from honing.trainer.sync import serve_model, serves_from_files, sync_weights
+from honing.trainer.sync import run_engine, serve_model, serves_from_files, sync_weights
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +97,7 @@ async def train(
     *,
     resume: bool = False,
     engine: Engine | None = None,
-    on_step: Callable[[StepReport], None] | None = None,
+    on_step: Callable[[UpdateRecord], None] | None = None,
     on_eval: Callable[[EvalPoint], None] | None = None,
     progress: RunProgress | None = None,
 ) -> TrainResult:
@@ -113,120 +116,82 @@ async def train(
     config = precision.apply(config)
     log.info("precision: %s", precision.describe())
     run = RunDir.prepare(config, resume)
-    run_dir = run.path
     if config.deterministic:
         torch.use_deterministic_algorithms(True)
     checkpoint = run.latest_checkpoint() if resume else None
     if checkpoint is None:
         if resume:
-            log.info("resuming %s: no checkpoint yet, starting from the beginning", run_dir)
+            log.info("resuming %s: no checkpoint yet, starting from the beginning", run.path)
         _rewind(run, LoopState())
-    # The event log and the sinks start where the run continues: its checkpoint, or nothing.
-    resumed_at = _checkpoint_step(checkpoint) if checkpoint is not None else 0
-    truncate_events(run_dir / EVENTS_FILE, resumed_at if checkpoint is not None else None)
-    params = config.model_dump(mode="json")
-    sinks = make_sinks(
-        config.observe,
-        run_dir,
-        run_name=config.name,
-        params=params,
-        resume_step=resumed_at if checkpoint is not None else (-1 if resume else None),
-    )
+    at = _checkpoint_step(checkpoint) if checkpoint is not None else 0  # where the run continues
     with contextlib.ExitStack() as stack:
-        stack.callback(close_sinks, sinks)
-        if progress is not None:
-            stack.callback(progress.stop)
-        events = stack.enter_context(EventLog(run_dir / EVENTS_FILE))
-        stack.enter_context(use(events))
-        emit(
-            "run_start",
-            resumed_at,
-            name=config.name,
-            model=config.model,
-            resumed=resume,
-            config=params,
-            precision=precision.model_dump(),
-        )
-        if progress is not None:
-            progress.start(config.total_steps, resumed_at, name=config.name)
-        return await _train(
-            config,
-            run,
-            checkpoint,
-            engine,
-            started,
-            on_step,
-            on_eval,
-            sinks,
-            progress,
-            precision,
-        )
+        sinks = _open_logs(stack, config, run, resume, at if checkpoint else None, precision,
+                           progress)  # fmt: skip
+        own_engine = engine is None
+        engine = engine or run_engine(config, config.model)
+        try:
+            async with SandboxPool(config.sandbox) as pool:
+                # how the sandbox's limits hold (a fallback also warned at the pool's start)
+                log.info("sandbox: %s", pool.enforcement.describe())
+                emit("sandbox_start", at, **pool.enforcement.to_json_dict())
+                heldout = HeldOut(config, run, pool, sinks=sinks, progress=progress,
+                                  on_eval=on_eval)  # fmt: skip
+                train_sets = {n: load_source(n, s) for n, s in config.train.items()}
+                state, fresh = LoopState(), checkpoint is None
+                if serves_from_files(engine):  # a server: make it serve the starting model
+                    await serve_model(engine, config.model)
+                if fresh and config.eval.before and heldout:
+                    await heldout.evaluate(engine, BEFORE, state)
+                model_path = config.model
+                if config.warm_start is not None:
+                    model_path, engine = await _warm_start(config, run, engine, own_engine)
+                    if fresh and config.eval.after_warm_start and heldout:
+                        await heldout.evaluate(engine, WARM_START, state)
+                torch.manual_seed(config.seed)  # the adapter's initialisation
+                random.seed(config.seed)
+                learner = Learner(model_path, config.learner_config)
+                if checkpoint is not None:
+                    state = load_checkpoint(checkpoint, learner).state(LoopState)
+                    _rewind(run, state)
+                    log.info("resuming %s at step %d (%s)", run.path, state.step, checkpoint.name)
+                    # the engine starts from the checkpoint's weights
+                    await sync_weights(learner, engine, staging=run / WEIGHTS_DIR)
+                trainer = Trainer(config, run, engine, pool, learner, state, heldout, train_sets,
+                                  started=started, precision=precision, sinks=sinks,
+                                  progress=progress, on_step=on_step)  # fmt: skip
+                return await trainer.run()
+        finally:
+            if own_engine:
+                with contextlib.suppress(Exception):
+                    await engine.close()
 
 
-async def _train(
+def _open_logs(
+    stack: contextlib.ExitStack,
     config: TrainConfig,
     run: RunDir,
-    checkpoint: Path | None,
-    engine: Engine | None,
-    started: float,
-    on_step: Callable[[StepReport], None] | None,
-    on_eval: Callable[[EvalPoint], None] | None,
-    sinks: Sequence[MetricSink],
-    progress: RunProgress | None,
+    resume: bool,
+    checkpoint_step: int | None,
     precision: RunPrecision,
-) -> TrainResult:
-    """The phases of a run: held-out sets and sources; the base model's evaluation; the warm
-    start; the learner (from its checkpoint when resuming); the updates."""
-    own_engine = engine is None
-    engine = engine or _engine(config, config.model)
-    try:
-        async with SandboxPool(config.sandbox) as pool:
-            # how the sandbox's limits hold (a fallback also warned at the pool's start)
-            log.info("sandbox: %s", pool.enforcement.describe())
-            at = _checkpoint_step(checkpoint) if checkpoint is not None else 0
-            emit("sandbox_start", at, **pool.enforcement.to_json_dict())
-            heldout = HeldOut(config, run, pool, sinks=sinks, progress=progress, on_eval=on_eval)
-            train_sets = {n: load_source(n, s) for n, s in config.train.items()}
-            state = LoopState()
-            fresh = checkpoint is None
-            if serves_from_files(engine):  # a server: make it serve the starting model
-                await serve_model(engine, config.model)
-            if fresh and config.eval.before and heldout:
-                await heldout.evaluate(engine, BEFORE, state)
-            model_path = config.model
-            if config.warm_start is not None:
-                model_path, engine = await _warm_start(config, run, engine, own_engine)
-                if fresh and config.eval.after_warm_start and heldout:
-                    await heldout.evaluate(engine, WARM_START, state)
-            torch.manual_seed(config.seed)  # the adapter's initialisation
-            random.seed(config.seed)
-            learner = Learner(model_path, config.learner_config)
-            if checkpoint is not None:
-                state = load_checkpoint(checkpoint, learner).state(LoopState)
-                _rewind(run, state)
-                log.info("resuming %s at step %d (%s)", run.path, state.step, checkpoint.name)
-                # the engine starts from the checkpoint's weights
-                await sync_weights(learner, engine, staging=run / WEIGHTS_DIR)
-            trainer = Trainer(
-                config,
-                run,
-                engine,
-                pool,
-                learner,
-                state,
-                heldout,
-                train_sets,
-                started=started,
-                precision=precision,
-                sinks=sinks,
-                progress=progress,
-                on_step=on_step,
-            )
-            return await trainer.run()
-    finally:
-        if own_engine:
-            with contextlib.suppress(Exception):
-                await engine.close()
+    progress: RunProgress | None,
+) -> list[MetricSink]:
+    """The event log, the metric sinks and the live display, started where the run continues
+    (its checkpoint's step, or nothing) and closed by `stack`; `run_start` emitted."""
+    truncate_events(run / EVENTS_FILE, checkpoint_step)
+    params = config.model_dump(mode="json")
+    resume_step = checkpoint_step if checkpoint_step is not None else (-1 if resume else None)
+    sinks = make_sinks(config.observe, run.path, run_name=config.name, params=params,
+                       resume_step=resume_step)  # fmt: skip
+    stack.callback(close_sinks, sinks)
+    if progress is not None:
+        stack.callback(progress.stop)
+    stack.enter_context(use(stack.enter_context(EventLog(run / EVENTS_FILE))))
+    at = checkpoint_step or 0
+    emit("run_start", at, name=config.name, model=config.model, resumed=resume, config=params,
+         precision=precision.model_dump())  # fmt: skip
+    if progress is not None:
+        progress.start(config.total_steps, at, name=config.name)
+    return list(sinks)
 
 
 async def _warm_start(
@@ -241,7 +206,7 @@ async def _warm_start(
         await serve_model(engine, model_path)
     elif own_engine:
         await engine.close()
-        engine = _engine(config, model_path)
+        engine = run_engine(config, model_path)
     return model_path, engine
 
 
@@ -266,7 +231,7 @@ class Trainer:
         precision: RunPrecision,
         sinks: Sequence[MetricSink] = (),
         progress: RunProgress | None = None,
-        on_step: Callable[[StepReport], None] | None = None,
+        on_step: Callable[[UpdateRecord], None] | None = None,
     ) -> None:
         self.config, self.rundir = config, run
         self.engine, self.pool, self.learner, self.state = engine, pool, learner, state
@@ -313,7 +278,7 @@ class Trainer:
                     self.progress.phase(phase.name)
                 report = await self.step(sched, writer)
                 per_step = (time.monotonic() - self.loop_started) / (report.step - self.first_step)
-                log.info("%s", report.line(total, per_step * (total - report.step)))
+                log.info("%s", update_line(report, total, per_step * (total - report.step)))
                 if self.on_step is not None:
                     self.on_step(report)
                 done = self.state.step
@@ -328,21 +293,10 @@ class Trainer:
         result = TrainResult.of(self.rundir.path, self.state.step, self.state.evals,
                                 self.state.forgetting, self.elapsed(), self.precision,
                                 self.match)  # fmt: skip
-        record = result_json(result, cfg.name)
-        (self.rundir / RESULT_FILE).write_text(json.dumps(record, indent=2))
-        emit(
-            "run_end",
-            result.steps,
-            steps=result.steps,
-            elapsed_s=result.elapsed_s,
-            heldout_before=TrainResult.pooled(result.before),
-            heldout_after=TrainResult.pooled(result.after),
-            gains=record["gains"],
-            line=record["line"],
-        )
+        finish_run(result, cfg.name)
         return result
 
-    async def step(self, sched: Scheduler, writer: TrajectoryWriter) -> StepReport:
+    async def step(self, sched: Scheduler, writer: TrajectoryWriter) -> UpdateRecord:
         """One update: the drawn tasks played and stored, trained on, the weights synced, and
         what happened recorded."""
         cfg, step = self.config, self.state.step
@@ -365,42 +319,20 @@ class Trainer:
         sync = await sync_weights(self.learner, self.engine, staging=self.rundir / WEIGHTS_DIR)
         self.state.step += 1
         emit("sync", self.state.step, seconds=sync.seconds, mode=sync.mode)
-        judged = outcomes(trajectories)
-        report = StepReport(
-            step=self.state.step,
-            phase=phase.name,
-            sources=dict(Counter(name for name, _ in drawn)),
-            episodes=len(trajectories),
-            success_rate=judged.success,
-            reward_mean=judged.reward,
-            infra_errors=judged.infra_failures,
-            rollout_s=rollout_s,
-            update_s=stats.seconds,
-            sync_s=sync.seconds,
-            stats=stats,
-        )
         used = self.pool.usage().since(usage)
-        metrics = update_metrics(
-            trajectories,
-            learner_version=version,
-            learner={k: getattr(stats, k) for k in stats.__dataclass_fields__},
-            timings=Timings(rollout_s=rollout_s, update_s=stats.seconds, sync_s=sync.seconds),
-            busy_fraction=used.busy_fraction,
-        )
+        timings = Timings(rollout_s=rollout_s, update_s=stats.seconds, sync_s=sync.seconds)
+        metrics = update_metrics(trajectories, learner_version=version, timings=timings,
+                                 learner={k: getattr(stats, k) for k in stats.__dataclass_fields__},
+                                 busy_fraction=used.busy_fraction)  # fmt: skip
         metrics.scalars.update(signal.scalars())
-        record = report.record(signal, staleness_counts(lags), metrics.scalars)
+        sources = dict(Counter(name for name, _ in drawn))
+        record = update_record(self.state.step, phase.name, sources, len(trajectories),
+                               outcomes(trajectories), timings, stats, signal,
+                               staleness_counts(lags), metrics.scalars)  # fmt: skip
         self.rundir.append_update(record)
-        self._observe(record, metrics.scalars, metrics.histograms, used)
-        warnings = [signal_warning(self.signals, stats.entropy if stats.stepped else None)]
-        if trajectories and judged.infra_failures == len(trajectories):
-            warnings.append(
-                f"the infrastructure failed all {len(trajectories)} episodes of update "
-                f"{report.step}: no success or reward to report, nothing to learn from"
-            )
-        for warning in filter(None, warnings):
-            log.warning("%s", warning)
-            emit("warning", report.step, message=warning)
-        return report
+        publish_update(record, metrics, used, self.sinks, self.progress)
+        warn_update(record, self.signals, stats)
+        return record
 
     async def _roll_out(
         self,
@@ -427,37 +359,6 @@ class Trainer:
         self.state.store_rows = writer.offset
         return groups, lags
 
-    def _observe(
-        self,
-        record: UpdateRecord,
-        scalars: dict[str, float],
-        histograms: dict[str, list[float]],
-        used: PoolUsage,
-    ) -> None:
-        """One update's events (update: its record; sandbox), its metrics to the sinks, the live
-        line."""
-        fields = record.to_json()
-        del fields["step"], fields["time"]  # an event has its own
-        emit("update", record.step, **fields)
-        emit(
-            "sandbox",
-            record.step,
-            cells=used.cells,
-            busy_fraction=used.busy_fraction,
-            queued=used.queued,
-            runs=used.runs,
-        )
-        log_to(self.sinks, record.step, scalars, histograms)
-        if self.progress is not None:
-            self.progress.step(
-                record.step,
-                success=record.success_rate,
-                infra=record.infra_errors,
-                reward=record.reward_mean,
-                tokens_per_s=record.tokens_per_s or 0.0,
-                episodes_per_s=record.episodes_per_s or 0.0,
-            )
-
     def _activity(self, text: str) -> None:
         if self.progress is not None:
             self.progress.activity(text)
@@ -468,32 +369,14 @@ class Trainer:
     def checkpoint(self) -> None:
         started = time.perf_counter()
         state = self.state.model_copy(update={"elapsed_s": self.elapsed()})
-        path = save_checkpoint(
-            self.rundir.path,
-            self.state.step,
-            self.learner,
-            state.model_dump(mode="json"),
-            keep=self.config.checkpoint.keep,
-        )
+        keep = self.config.checkpoint.keep
+        path = save_checkpoint(self.rundir.path, self.state.step, self.learner,
+                               state.model_dump(mode="json"), keep=keep)  # fmt: skip
         seconds = time.perf_counter() - started
         emit("checkpoint", self.state.step, path=str(path), seconds=seconds)
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def _engine(config: TrainConfig, model: str) -> Engine:
-    """The run's engine over `model`: the server at `engine.url` (token mode), else hf."""
-    if config.engine.url is not None:
-        return make_engine(f"openai:{config.engine.url}", tokens_of=model,
-                           lora_adapters=config.engine.lora_adapters)  # fmt: skip
-    return make_engine(
-        model,
-        dtype=config.engine.dtype,
-        max_batch=1 if config.deterministic else config.engine.slots,
-        prefix_cache=config.engine.prefix_cache and not config.deterministic,
-        seed=config.seed,
-    )
 
 
 def _checkpoint_step(checkpoint: Path) -> int:

@@ -1,83 +1,129 @@
-"""What `honing train` reports: one update (`StepReport`, its log line) and the whole run
-(`TrainResult`, written as RUN/result.json by `result_json`).
+"""What `honing train` reports: each update (its `UpdateRecord`, log line, events, metrics and
+warnings) and the whole run (`TrainResult`, written as RUN/result.json by `finish_run`).
 
-    report.line(total, eta_s)    "step 3/7 [main] success 50% (infra failures 0) reward 0.512 | …"
-    result.line("quickstart")    "quickstart: held-out success base 0% → warm start 38% → RL …"
+    update_line(record, total, eta_s)  "step 3/7 [main] success 50% (infra failures 0) reward …"
+    result.line("quickstart")          "quickstart: held-out success base 0% → warm start 38% → …"
 
 Not covered: computing them (honing.trainer.loop), the held-out accounting (honing.trainer.gains),
-the per-update record of metrics.jsonl (`honing.trainer.run_dir.UpdateRecord`).
+the layout of metrics.jsonl and result.json's place (honing.trainer.run_dir).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from honing.observe.metrics import Signal
+from honing.observe.events import emit
+from honing.observe.metrics import Metrics, Outcomes, Signal, Timings, signal_warning
+from honing.observe.progress import RunProgress
+from honing.observe.sinks import MetricSink, log_to
+from honing.sandbox import PoolUsage
 from honing.trainer.gains import Gains, account
 from honing.trainer.heldout import Forgetting, percent
 from honing.trainer.learner import LearnerStats, MatchReport
 from honing.trainer.precision import RunPrecision
-from honing.trainer.run_dir import BEFORE, EvalPoint, UpdateRecord, numeric_fields
+from honing.trainer.run_dir import BEFORE, RESULT_FILE, EvalPoint, UpdateRecord, numeric_fields
+
+log = logging.getLogger(__name__)
+
+_UNAIDED = "train/unaided_answers/domain/"
 
 
-@dataclass(frozen=True)
-class StepReport:
-    """What one update did, for progress and metrics."""
+def update_record(
+    step: int,
+    phase: str,
+    sources: dict[str, int],
+    episodes: int,
+    judged: Outcomes,
+    timings: Timings,
+    stats: LearnerStats,
+    signal: Signal,
+    staleness: dict[str, int],
+    scalars: dict[str, float],
+) -> UpdateRecord:
+    """One update's line of metrics.jsonl (and `update` event): its outcomes, timings, learner
+    figures, learning signal, staleness counts (`{"<lag>": count}`) and scalars (throughput,
+    unaided answers)."""
+    return UpdateRecord(
+        step=step,
+        phase=phase,
+        episodes=episodes,
+        success_rate=judged.success,
+        reward_mean=judged.reward,
+        infra_errors=judged.infra_failures,
+        rollout_s=timings.rollout_s,
+        update_s=timings.update_s,
+        sync_s=timings.sync_s,
+        learner=numeric_fields(stats),
+        signal=numeric_fields(signal),
+        sources=sources,
+        staleness={int(lag): n for lag, n in staleness.items()},
+        tokens_per_s=scalars.get("throughput/tokens_per_s", 0.0),
+        episodes_per_s=scalars.get("throughput/episodes_per_s", 0.0),
+        unaided_answers={
+            k.removeprefix(_UNAIDED): v for k, v in scalars.items() if k.startswith(_UNAIDED)
+        },
+        time=time.time(),
+    )
 
-    step: int
-    phase: str
-    sources: dict[str, int]  # groups per source
-    episodes: int
-    success_rate: float | None  # over the episodes the infrastructure did not fail; None: none
-    reward_mean: float | None  # ... the same episodes
-    infra_errors: int  # episodes the infrastructure failed: left out of both
-    rollout_s: float
-    update_s: float
-    sync_s: float
-    stats: LearnerStats
 
-    def record(
-        self, signal: Signal, staleness: dict[str, int], scalars: dict[str, float]
-    ) -> UpdateRecord:
-        """Its line of metrics.jsonl (and `update` event): with the update's learning signal,
-        staleness counts (`{"<lag>": count}`) and scalars (throughput, unaided answers)."""
-        prefix = "train/unaided_answers/domain/"
-        return UpdateRecord(
-            step=self.step,
-            phase=self.phase,
-            episodes=self.episodes,
-            success_rate=self.success_rate,
-            reward_mean=self.reward_mean,
-            infra_errors=self.infra_errors,
-            rollout_s=self.rollout_s,
-            update_s=self.update_s,
-            sync_s=self.sync_s,
-            learner=numeric_fields(self.stats),
-            signal=numeric_fields(signal),
-            sources=self.sources,
-            staleness={int(lag): n for lag, n in staleness.items()},
-            tokens_per_s=scalars.get("throughput/tokens_per_s", 0.0),
-            episodes_per_s=scalars.get("throughput/episodes_per_s", 0.0),
-            unaided_answers={
-                k.removeprefix(prefix): v for k, v in scalars.items() if k.startswith(prefix)
-            },
-            time=time.time(),
+def update_line(record: UpdateRecord, total: int, eta_s: float) -> str:
+    """The update's log line: success, reward, learner figures, timings and the ETA."""
+    s = record.learner
+    reward = "n/a" if record.reward_mean is None else f"{record.reward_mean:.3f}"
+    kept = int(s.get("groups", 0) - s.get("dropped_groups", 0))
+    return (
+        f"step {record.step}/{total} [{record.phase}] success {percent(record.success_rate)} "
+        f"(infra failures {record.infra_errors}) reward {reward} | loss {s.get('loss', 0.0):.4f} "
+        f"entropy {s.get('entropy', 0.0):.3f} grad {s.get('grad_norm', 0.0):.3f} groups kept "
+        f"{kept}/{int(s.get('groups', 0))} | rollout {record.rollout_s:.0f}s update "
+        f"{record.update_s:.0f}s sync {record.sync_s:.2f}s | ETA {eta_s / 60:.1f} min"
+    )
+
+
+def publish_update(
+    record: UpdateRecord,
+    metrics: Metrics,
+    used: PoolUsage,
+    sinks: Sequence[MetricSink],
+    progress: RunProgress | None,
+) -> None:
+    """One update's events (`update`: its record; `sandbox`), its metrics to the sinks, the
+    live line."""
+    fields = record.to_json()
+    del fields["step"], fields["time"]  # an event has its own
+    emit("update", record.step, **fields)
+    emit("sandbox", record.step, cells=used.cells, busy_fraction=used.busy_fraction,
+         queued=used.queued, runs=used.runs)  # fmt: skip
+    log_to(sinks, record.step, metrics.scalars, metrics.histograms)
+    if progress is not None:
+        progress.step(
+            record.step,
+            success=record.success_rate,
+            infra=record.infra_errors,
+            reward=record.reward_mean,
+            tokens_per_s=record.tokens_per_s or 0.0,
+            episodes_per_s=record.episodes_per_s or 0.0,
         )
 
-    def line(self, total: int, eta_s: float) -> str:
-        """The update's log line: success, reward, learner figures, timings and the ETA."""
-        s = self.stats
-        reward = "n/a" if self.reward_mean is None else f"{self.reward_mean:.3f}"
-        return (
-            f"step {self.step}/{total} [{self.phase}] success {percent(self.success_rate)} "
-            f"(infra failures {self.infra_errors}) reward {reward} | loss {s.loss:.4f} "
-            f"entropy {s.entropy:.3f} grad {s.grad_norm:.3f} groups kept "
-            f"{s.groups - s.dropped_groups}/{s.groups} | rollout {self.rollout_s:.0f}s update "
-            f"{self.update_s:.0f}s sync {self.sync_s:.2f}s | ETA {eta_s / 60:.1f} min"
+
+def warn_update(record: UpdateRecord, signals: Sequence[Signal], stats: LearnerStats) -> None:
+    """Log and emit an update's warnings: a learning signal starved for several updates, and
+    an update whose every episode the infrastructure failed."""
+    warnings = [signal_warning(signals, stats.entropy if stats.stepped else None)]
+    if record.episodes and record.infra_errors == record.episodes:
+        warnings.append(
+            f"the infrastructure failed all {record.episodes} episodes of update "
+            f"{record.step}: no success or reward to report, nothing to learn from"
         )
+    for warning in filter(None, warnings):
+        log.warning("%s", warning)
+        emit("warning", record.step, message=warning)
 
 
 @dataclass
@@ -156,3 +202,19 @@ def result_json(result: TrainResult, name: str) -> dict[str, Any]:
         "precision": None if result.precision is None else result.precision.model_dump(),
         "logprob_check": None if result.match is None else asdict(result.match),
     }
+
+
+def finish_run(result: TrainResult, name: str) -> None:
+    """Write RUN/result.json and emit `run_end`."""
+    record = result_json(result, name)
+    (result.run_dir / RESULT_FILE).write_text(json.dumps(record, indent=2))
+    emit(
+        "run_end",
+        result.steps,
+        steps=result.steps,
+        elapsed_s=result.elapsed_s,
+        heldout_before=TrainResult.pooled(result.before),
+        heldout_after=TrainResult.pooled(result.after),
+        gains=record["gains"],
+        line=record["line"],
+    )

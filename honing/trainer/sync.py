@@ -5,6 +5,7 @@
                                                           a server: files + a reload request
     SyncReport                                            version, mode, path, tensors, bytes, time
     await serve_model(server, "runs/x/warm_start/model")  a server starts serving a model (v0)
+    run_engine(config, model)                             a run's engine: its server, or hf
 
 Covered: the three modes (`state_dict`, `files`, `adapter`), atomic staging and pruning, and the
 version sent (docs/training.md, "The modules in detail"). The learner must not step while a sync
@@ -26,11 +27,14 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from honing.errors import EngineError
 from honing.rollout.engines.base import Engine, WeightUpdate
 from honing.trainer.learner import Learner
+
+if TYPE_CHECKING:
+    from honing.trainer.run_config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -249,3 +253,20 @@ def _prune(staging: Path, version: int, keep: int) -> None:
     )
     for _, entry in older[: max(0, len(older) - (keep - 1))]:
         shutil.rmtree(entry, ignore_errors=True)
+
+
+def run_engine(config: TrainConfig, model: str) -> Engine:
+    """A training run's engine over `model`: the server at `engine.url` (token mode), else hf
+    (one decoding slot and no prefix cache when the run is deterministic)."""
+    from honing.rollout.engines import make_engine
+
+    if config.engine.url is not None:
+        return make_engine(f"openai:{config.engine.url}", tokens_of=model,
+                           lora_adapters=config.engine.lora_adapters)  # fmt: skip
+    return make_engine(
+        model,
+        dtype=config.engine.dtype,
+        max_batch=1 if config.deterministic else config.engine.slots,
+        prefix_cache=config.engine.prefix_cache and not config.deterministic,
+        seed=config.seed,
+    )

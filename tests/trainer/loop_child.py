@@ -26,7 +26,7 @@ from honing.rollout.engines.base import Prompt
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.trainer.loop import train
-from honing.trainer.result import StepReport
+from honing.trainer.run_dir import UpdateRecord
 from honing.trainer.run_config import TrainConfig
 
 QUESTION = re.compile(r"What is (\d+) ([+-]) (\d+)\?")
@@ -61,7 +61,7 @@ def main() -> None:
 
     done = [0]
 
-    def on_step(report: StepReport) -> None:
+    def on_step(report: UpdateRecord) -> None:
         done[0] = report.step
         if kill_after is not None and report.step == kill_after:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -36,12 +36,14 @@ def make_engine(
     seed: int | None = None,
     tokens_of: str | None = None,
     lora_adapters: bool = False,
+    dequantise: bool = False,
 ) -> Engine:
     """The engine a spec names (see the module docstring): the one factory behind `honing
-    train`, `eval`, `rollout` and `serve`. hf: `dtype`, `max_batch` (its decoding slots),
-    `prefix_cache` and `seed`. openai: `tokens_of`, a model whose tokenizer makes the engine
-    exchange token ids with the server (token-faithful rollouts, as training needs), and the
-    server's `lora_adapters` (whether it hot-loads LoRA adapters, which weight sync uses)."""
+    train`, `eval`, `rollout`, `serve` and `export`. hf: `dtype`, `max_batch` (its decoding
+    slots), `prefix_cache`, `seed` and `dequantise` (an int8 export run with plain weights).
+    openai: `tokens_of`, a model whose tokenizer makes the engine exchange token ids with the
+    server (token-faithful rollouts, as training needs), and the server's `lora_adapters`
+    (whether it hot-loads LoRA adapters, which weight sync uses)."""
     if spec.startswith("openai:"):
         from honing.rollout.engines.openai import OpenAIConfig, OpenAIEngine
 
@@ -67,6 +69,7 @@ def make_engine(
         max_batch=max_batch,
         prefix_cache=prefix_cache,
         seed=seed,
+        dequantise=dequantise,
     )
 
 

@@ -211,6 +211,7 @@ class HFEngine:
         seed: int | None = None,
         eos_ids: Collection[int] | None = None,
         prefix_cache: bool = True,
+        dequantise: bool = False,
     ) -> None:
         """`model`: a model directory (or a built-in name such as "default") or a loaded causal
         LM (used as is: its dtype and device). `max_batch`: sequences decoded together; more
@@ -218,7 +219,8 @@ class HFEngine:
         `eos_ids`: the ids that end a sequence (default: the tokenizer's, the config's and the
         generation config's; empty: never stop on a token, as benchmarks need). `prefix_cache`:
         keep finished sequences' KV for the prompts that continue them (the fast path only;
-        see the module docstring)."""
+        see the module docstring). `dequantise`: an int8 model directory is loaded with plain
+        weights (`honing.rollout.models.load_model`), which the fast path runs."""
         from honing.rollout.models import load_model, load_tokenizer, resolve_model
 
         if max_batch < 1:
@@ -226,7 +228,7 @@ class HFEngine:
         if isinstance(model, (str, Path)):
             path = resolve_model(str(model))
             target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-            model = load_model(path, resolve_dtype(dtype, target))
+            model = load_model(path, resolve_dtype(dtype, target), dequantise=dequantise)
             model.to(target)
             tokenizer = tokenizer if tokenizer is not None else load_tokenizer(path)
         elif dtype != "auto" and getattr(torch, dtype) != model.dtype:
