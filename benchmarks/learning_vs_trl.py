@@ -57,10 +57,10 @@ a `TrainerCallback`; its adapter is merged and saved with honing's writer.
 
 Evaluation
 ----------
-The warm start and both results, each by `honing.eval.model.evaluate_engine` on the quickstart's
-held-out set (`--heldout N`: its first N tasks; the tasks any training set holds are left out, as
-`honing train` does) with the quickstart's agent, greedy. Per side: before, after, the paired 95%
-interval of the change, steps and episodes. Last line:
+The warm start and both results, each by `honing.eval.runner.evaluate` (an `EnginePlayer`) on
+the quickstart's held-out set (`--heldout N`: its first N tasks; the tasks any training set holds
+are left out, as `honing train` does) with the quickstart's agent, greedy. Per side: before,
+after, the paired 95% interval of the change, steps and episodes. Last line:
 `learning: same start, 8 min each; trl +X pts; honing +Y pts; held-out n=N`.
 
 Measured (2-core AMD EPYC, AVX2, float32, quiet; 25 min in all), the last lines; the held-out
@@ -112,8 +112,9 @@ from rich.console import Console
 from honing.config import SandboxConfig, validate_model
 from honing.envs.base import Action, Environment, MalformedAction, StepResult, ToolCall
 from honing.envs.registry import make_env
+from honing.eval import runner
 from honing.eval.metrics import Episode
-from honing.eval.model import evaluate_engine
+from honing.eval.model import EnginePlayer
 from honing.eval.stats import difference_interval
 from honing.observe.progress import RunProgress
 from honing.rollout.chat import ChatFormat, first_messages, observation_messages, parse_action
@@ -123,8 +124,8 @@ from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.loop import train
 from honing.trainer.precision import decide
-from honing.trainer.run_dir import UpdateRecord
 from honing.trainer.run_config import TrainConfig
+from honing.trainer.run_dir import UpdateRecord
 from honing.trainer.sft import tool_call_text
 from honing.trainer.sources import TaskMixer, heldout_sets, load_source
 
@@ -260,10 +261,17 @@ def final_turn(ids: Sequence[int], header: Sequence[int], stop_ids: Sequence[int
     return body[:-1] if body and body[-1] in stop_ids else body
 
 
-def show(side: str, step: int, elapsed: float, episodes: int, success: float, split: str) -> None:
+def show(
+    side: str, step: int, elapsed: float, episodes: int, success: float | None, split: str
+) -> None:
+    rate = (
+        "n/a (every episode failed by the infrastructure)"
+        if success is None
+        else (f"{100 * success:.0f}%")
+    )
     print(
         f"{side} step {step}: {elapsed:.0f} s into the budget ({split}), {episodes} episodes, "
-        f"training success {100 * success:.0f}%",
+        f"training success {rate}",
         flush=True,
     )
 
@@ -695,9 +703,10 @@ async def evaluate(
                 path, dtype=config.engine.dtype, max_batch=config.engine.slots, seed=config.seed
             )
             try:
-                await evaluate_engine(
-                    heldout, engine, pool, name=name, k=1, config=env_config, agent=agent,
-                    concurrency=config.engine.slots, on_episode=episodes.append,
+                await runner.evaluate(
+                    heldout, EnginePlayer(engine, agent, name=name), pool, k=1,
+                    config=env_config, concurrency=config.engine.slots,
+                    on_episode=episodes.append,
                 )  # fmt: skip
             finally:
                 await engine.close()

@@ -20,14 +20,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -43,8 +45,12 @@ from honing.tasks import CodeTask, TaskSet, Verification, apply_quality_filter, 
 from honing.tasks.quality import code_program
 
 if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+    from honing.eval.config import EvalConfig
+    from honing.precision import Dtype
     from honing.rollout.agent import AgentConfig
-    from honing.rollout.engines.base import Engine, SamplingParams
+    from honing.rollout.engines.base import Engine
     from honing.rollout.saved_agent import SavedAgent
     from honing.store.rescore import Rescore, RescoreSummary
     from honing.trainer.rescore import RescorePlan
@@ -88,6 +94,38 @@ def _sandbox_config(**values: Any) -> SandboxConfig:
         )
     except HoningError as exc:
         raise _fail(str(exc)) from exc
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _from_flags(kind: type[M], values: dict[str, Any]) -> M:
+    """`kind` validated from the command line's flags: an error names each flag, the value given
+    and what is allowed (`--dtype 'fp8': allowed: auto, ...`)."""
+    try:
+        return kind.model_validate(values)
+    except ValidationError as exc:
+        raise _fail(_flag_errors(exc)) from exc
+
+
+def _flag_errors(exc: ValidationError, flag: str | None = None) -> str:
+    """One line per error; the flag is `--a-b` for the innermost key `a_b` (or `flag`)."""
+    return "\n".join(_flag_error(error, flag) for error in exc.errors())
+
+
+def _flag_error(error: ErrorDetails, flag: str | None = None) -> str:
+    keys = [str(key) for key in error["loc"] if isinstance(key, str)]
+    name = flag or ("--" + keys[-1].replace("_", "-") if keys else "(flags)")
+    ctx = error.get("ctx", {})
+    if error["type"] == "literal_error":
+        why = "allowed: " + ", ".join(re.findall(r"'([^']*)'", ctx["expected"]))
+    elif error["type"] == "greater_than_equal":
+        why = f"must be at least {ctx['ge']}"
+    elif error["type"] == "value_error":
+        why = str(ctx["error"])
+    else:
+        why = error["msg"]
+    return f"{name} {error['input']!r}: {why}"
 
 
 @app.command()
@@ -265,11 +303,8 @@ def tasks_check(
     try:
         taskset = load_tasks(spec)
         if shard is not None:
-            index, _, count = shard.partition("/")
-            if not (index.isdigit() and count.isdigit()):
-                raise ConfigError(f"--shard {shard!r}: expected I/N, e.g. 0/4")
             quarantined = taskset.quarantined
-            taskset = taskset.shard(int(index), int(count))
+            taskset = taskset.shard(*_parse_shard(shard))
             taskset.quarantined = quarantined
         unverified: list[tuple[Any, str]] = []
         if verify:
@@ -346,7 +381,10 @@ def eval_command(
         str | None, typer.Option(help="Only shard I/N of the tasks, e.g. 0/4.")
     ] = None,
     concurrency: Annotated[
-        int | None, typer.Option(help="Episodes at once (default: twice the pool's cells).")
+        int | None,
+        typer.Option(
+            help="Episodes at once (default: twice the pool's cells; model policies: 32)."
+        ),
     ] = None,
     max_new_tokens: Annotated[
         int | None,
@@ -369,7 +407,9 @@ def eval_command(
         ),
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Model policies: sampling seed.")] = None,
-    dtype: Annotated[str, typer.Option(help="model:PATH: auto, bfloat16, float32.")] = "auto",
+    dtype: Annotated[
+        str, typer.Option(help="model:PATH: auto, bfloat16, float16, float32.")
+    ] = "auto",
     isolation: Isolation = "bwrap",
     quiet: Quiet = False,
 ) -> None:
@@ -380,71 +420,55 @@ def eval_command(
     rates; the exit status is then 3, so a run with an incomplete result is never mistaken for a
     clean one. A model answer its checker fails on is a wrong answer, not an infrastructure failure.
     """
+    from honing.eval.config import EvalConfig
+
+    cfg = _from_flags(EvalConfig, {
+        "tasks": tasks, "policy": policy, "k": k, "max_steps": max_steps, "shard": shard,
+        "concurrency": concurrency, "max_new_tokens": max_new_tokens,
+        "system_prompt": system_prompt, "temperature": temperature, "seed": seed,
+        "dtype": dtype, "sandbox": {"isolation": isolation},
+    })  # fmt: skip
     try:
-        model_policy = policy.startswith(("model:", "openai:"))
-        if not model_policy and policy not in POLICIES:
-            raise ConfigError(f"--policy {policy!r}: unknown; allowed: {', '.join(POLICIES)}, "
-                              "model:PATH, openai:URL")  # fmt: skip
-        chosen = None if model_policy else make_policy(policy)
-        if k < 1:
-            raise ConfigError(f"--k {k}: must be at least 1")
-        if concurrency is not None and concurrency < 1:
-            raise ConfigError(f"--concurrency {concurrency}: must be at least 1")
-        saved = _saved_agent(policy)
-        steps = max_steps if max_steps is not None or saved is None else saved.max_turns
-        env_config = EnvConfig() if steps is None else _eval_env_config(steps)
-        taskset = load_tasks(tasks)
+        chosen = None if cfg.model_policy else make_policy(cfg.policy)
+        saved = _saved_agent(cfg.policy)
+        steps = cfg.max_steps if cfg.max_steps is not None or saved is None else saved.max_turns
+        env_config = EnvConfig() if steps is None else EnvConfig(max_steps=steps)
+        agent = None if chosen is not None else _eval_agent(cfg, saved, env_config.max_steps)
+        taskset = load_tasks(cfg.tasks)
         quarantined = len(taskset.quarantined)
-        if shard is not None:
-            taskset = taskset.shard(*_parse_shard(shard))
+        if cfg.shard is not None:
+            taskset = taskset.shard(*cfg.shard)
         if not taskset.tasks:
-            raise ConfigError(f"--tasks {tasks!r}: no valid tasks to evaluate")
+            raise ConfigError(f"--tasks {cfg.tasks!r}: no valid tasks to evaluate")
         check_domains(taskset.tasks)
     except HoningError as exc:
         raise _fail(str(exc)) from exc
     if quarantined:
         err.print(f"[yellow]{quarantined} invalid task rows left out[/] "
-                  f"(see `honing tasks check {tasks}`)", highlight=False)  # fmt: skip
-    config = _sandbox_config(isolation=isolation)
-    total = len(taskset.tasks) * k
+                  f"(see `honing tasks check {cfg.tasks}`)", highlight=False)  # fmt: skip
+    total = len(taskset.tasks) * cfg.k
 
     async def run(pool: SandboxPool, on_episode: Callable[[Any], None] | None) -> EvalReport:
         if chosen is not None:
-            return await evaluate(taskset, chosen, pool, k=k, config=env_config,
-                                  concurrency=concurrency, on_episode=on_episode)  # fmt: skip
-        from honing.eval.model import evaluate_engine
+            return await evaluate(taskset, chosen, pool, k=cfg.k, config=env_config,
+                                  concurrency=cfg.concurrency, on_episode=on_episode)  # fmt: skip
+        from honing.eval.model import EnginePlayer
 
-        engine = _make_engine(policy, dtype)
-        tokens = (
-            max_new_tokens
-            if max_new_tokens is not None
-            else (saved.max_new_tokens if saved is not None else 512)
-        )
-        sampling = _sampling(tokens, 0.0 if k == 1 else 1.0, temperature, seed)
-        prompt = (
-            system_prompt if system_prompt is not None or saved is None else saved.system_prompt
-        )
-        agent = _agent_config(
-            sampling,
-            env_config.max_steps,
-            system_prompt=prompt,
-            max_total_tokens=saved.max_total_tokens if saved is not None else 4096,
-            restate=saved.restate if saved is not None else True,
-        )
+        assert agent is not None
+        engine = _make_engine(cfg.policy, cfg.dtype)
+        player = EnginePlayer(engine, agent, name=cfg.policy)
         try:
-            return await evaluate_engine(taskset, engine, pool, name=policy, k=k,
-                                         config=env_config, agent=agent,
-                                         concurrency=concurrency or 32,
-                                         on_episode=on_episode)  # fmt: skip
+            return await evaluate(taskset, player, pool, k=cfg.k, config=env_config,
+                                  concurrency=cfg.concurrency, on_episode=on_episode)  # fmt: skip
         finally:
             await engine.close()
 
     causes: dict[str, int] = {}  # infrastructure failures: what went wrong, how often
 
     async def go() -> EvalReport:
-        async with SandboxPool(config) as pool:
+        async with SandboxPool(cfg.sandbox) as pool:
             err.print(f"sandbox: {pool.enforcement.describe()}", highlight=False, markup=False)
-            label = f"eval {taskset.name} · {policy}"
+            label = f"eval {taskset.name} · {cfg.policy}"
             with EpisodeProgress(label, total, err, quiet=quiet or json_out) as progress:
 
                 def on_episode(episode: Any) -> None:
@@ -472,17 +496,33 @@ def eval_command(
         raise typer.Exit(3)
 
 
-def _eval_env_config(max_steps: int) -> EnvConfig:
-    if max_steps < 1:
-        raise ConfigError(f"--max-steps {max_steps}: must be at least 1")
-    return EnvConfig(max_steps=max_steps)
+def _eval_agent(cfg: EvalConfig, saved: SavedAgent | None, max_steps: int) -> AgentConfig:
+    """A model policy's agent: the flags, else the model's saved settings, else the defaults
+    (greedy for k=1, temperature 1 otherwise)."""
+    from honing.rollout.agent import AgentConfig
+
+    tokens, prompt = cfg.max_new_tokens, cfg.system_prompt
+    if saved is not None:
+        tokens = saved.max_new_tokens if tokens is None else tokens
+        prompt = saved.system_prompt if prompt is None else prompt
+    temperature = (0.0 if cfg.k == 1 else 1.0) if cfg.temperature is None else cfg.temperature
+    return _from_flags(AgentConfig, {
+        "sampling": {"max_new_tokens": 512 if tokens is None else tokens, "seed": cfg.seed,
+                     "temperature": temperature},
+        "max_turns": max_steps,
+        "system_prompt": prompt,
+        "max_total_tokens": saved.max_total_tokens if saved is not None else 4096,
+        "restate": saved.restate if saved is not None else True,
+    })  # fmt: skip
 
 
 def _parse_shard(shard: str) -> tuple[int, int]:
-    index, _, count = shard.partition("/")
-    if not (index.isdigit() and count.isdigit()):
-        raise ConfigError(f"--shard {shard!r}: expected I/N, e.g. 0/4")
-    return int(index), int(count)
+    from honing.rollout.config import parse_shard
+
+    try:
+        return parse_shard(shard)
+    except ValueError as exc:
+        raise ConfigError(f"--shard {shard!r}: {exc}") from exc
 
 
 def _rate(value: float | None) -> str:
@@ -530,45 +570,16 @@ def _eval_table(title: str, columns: list[str]) -> Table:
 
 
 # -- rollout ---------------------------------------------------------------------------------
-def _make_engine(spec: str, dtype: str, max_batch: int = 32) -> Engine:
+def _make_engine(spec: str, dtype: Dtype, max_batch: int = 32) -> Engine:
     from honing.precision import resolve
     from honing.rollout.engines import make_engine
 
-    if dtype not in ("auto", "bfloat16", "float16", "float32"):
-        raise ConfigError(f"--dtype {dtype!r}: allowed: auto, bfloat16, float16, float32")
     if spec.startswith(("openai:", "scripted:")):  # the dtype is the server's
         err.print(f"loading engine {spec} …", highlight=False)
         return make_engine(spec, max_batch=max_batch)
-    concrete = resolve(dtype)  # type: ignore[arg-type]
+    concrete = resolve(dtype)
     err.print(f"loading engine {spec} in {concrete} …", highlight=False)
     return make_engine(spec, dtype=concrete, max_batch=max_batch)
-
-
-def _sampling(
-    max_new_tokens: int, default_temperature: float, temperature: float | None, seed: int | None
-) -> SamplingParams:
-    from honing.rollout.engines.base import SamplingParams
-
-    values: dict[str, object] = {
-        "max_new_tokens": max_new_tokens,
-        "seed": seed,
-        "temperature": default_temperature if temperature is None else temperature,
-    }
-    return validate_model(SamplingParams, values, source="command line")  # fmt: skip
-
-
-def _agent_config(
-    sampling: SamplingParams,
-    max_turns: int,
-    *,
-    system_prompt: str | None = None,
-    max_total_tokens: int = 4096,
-    restate: bool = True,
-) -> AgentConfig:
-    from honing.rollout.agent import AgentConfig
-
-    return AgentConfig(sampling=sampling, max_turns=max_turns, system_prompt=system_prompt,
-                       max_total_tokens=max_total_tokens, restate=restate)  # fmt: skip
 
 
 def _saved_agent(policy: str) -> SavedAgent | None:
@@ -611,7 +622,9 @@ def rollout_command(
     engine_slots: Annotated[
         int, typer.Option(help="Episodes generating at once (the engine batches them).")
     ] = 32,
-    dtype: Annotated[str, typer.Option(help="Local models: auto, bfloat16, float32.")] = "auto",
+    dtype: Annotated[
+        str, typer.Option(help="Local models: auto, bfloat16, float16, float32.")
+    ] = "auto",
     backend: Annotated[
         str,
         typer.Option(
@@ -634,53 +647,49 @@ def rollout_command(
     trajectory store in OUT (Parquet; query with `honing store query OUT "SQL"`), then a summary.
     """
     from honing.eval.summary import format_summary, summarize
+    from honing.rollout.config import RolloutConfig
     from honing.rollout.offline import rollout, rollout_ray
-    from honing.rollout.scheduler import SchedulerConfig
 
+    sampling = {"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed}
+    cfg = _from_flags(RolloutConfig, {
+        "tasks": tasks, "model": model, "out": out, "n": n, "limit": limit, "shard": shard,
+        "dtype": dtype, "backend": backend, "agent": {"max_turns": max_turns, "sampling": sampling},
+        "scheduler": {"engine_slots": engine_slots}, "sandbox": {"isolation": isolation},
+    })  # fmt: skip
+    slots = cfg.scheduler.engine_slots  # the engine decodes that many together
     try:
-        if n < 1:
-            raise ConfigError(f"--n {n}: must be at least 1")
-        if limit is not None and limit < 1:
-            raise ConfigError(f"--limit {limit}: must be at least 1")
-        sampling = _sampling(max_new_tokens, 1.0, temperature, seed)
-        agent = _agent_config(sampling, max_turns)
-        scheduler = validate_model(SchedulerConfig, {"engine_slots": engine_slots},
-                                   source="command line")  # fmt: skip
-        taskset = load_tasks(tasks)
-        if shard is not None:
-            taskset = taskset.shard(*_parse_shard(shard))
-        if limit is not None:
-            taskset = dataclasses.replace(taskset, tasks=taskset.tasks[:limit])
+        taskset = load_tasks(cfg.tasks)
+        if cfg.shard is not None:
+            taskset = taskset.shard(*cfg.shard)
+        if cfg.limit is not None:
+            taskset = dataclasses.replace(taskset, tasks=taskset.tasks[: cfg.limit])
         if not taskset.tasks:
-            raise ConfigError(f"--tasks {tasks!r}: no valid tasks")
+            raise ConfigError(f"--tasks {cfg.tasks!r}: no valid tasks")
         check_domains(taskset.tasks)
-        if backend not in ("local", "ray"):
-            raise ConfigError(f"--backend {backend!r}: allowed: local, ray")
-        ray_config = _ray_config(ray_address, engine_workers, sandbox_workers, backend)
-        engine = _make_engine(model, dtype, max_batch=engine_slots) if ray_config is None else None
+        ray_config = _ray_config(ray_address, engine_workers, sandbox_workers, cfg.backend)
+        engine = _make_engine(cfg.model, cfg.dtype, max_batch=slots) if ray_config is None else None
     except HoningError as exc:
         raise _fail(str(exc)) from exc
-    config = _sandbox_config(isolation=isolation)
     total = len(taskset.tasks)
 
     async def run(on_group: Callable[[Any], None]) -> Any:
         if ray_config is not None:
-            return await rollout_ray(taskset, model, config, ray_config, out=out, n=n,
-                                     agent=agent, scheduler=scheduler,
-                                     dtype=dtype,  # type: ignore[arg-type]
-                                     max_batch=engine_slots, on_group=on_group)  # fmt: skip
+            return await rollout_ray(taskset, cfg.model, cfg.sandbox, ray_config, out=cfg.out,
+                                     n=cfg.n, agent=cfg.agent, scheduler=cfg.scheduler,
+                                     dtype=cfg.dtype, max_batch=slots,
+                                     on_group=on_group)  # fmt: skip
         assert engine is not None
         try:
-            async with SandboxPool(config) as pool:
-                return await rollout(taskset, engine, pool, out=out, n=n, agent=agent,
-                                     scheduler=scheduler, engine_name=model,
-                                     on_group=on_group)  # fmt: skip
+            async with SandboxPool(cfg.sandbox) as pool:
+                return await rollout(taskset, engine, pool, out=cfg.out, n=cfg.n,
+                                     agent=cfg.agent, scheduler=cfg.scheduler,
+                                     engine_name=cfg.model, on_group=on_group)  # fmt: skip
         finally:
             await engine.close()
 
     async def go() -> Any:
-        label = f"rollout {taskset.name} · n={n}"
-        with EpisodeProgress(label, total * n, err, quiet=quiet) as progress:
+        label = f"rollout {taskset.name} · n={cfg.n}"
+        with EpisodeProgress(label, total * cfg.n, err, quiet=quiet) as progress:
 
             def on_group(group: Any) -> None:
                 for t in group.trajectories:
@@ -691,7 +700,7 @@ def rollout_command(
     started = time.monotonic()
     try:
         asyncio.run(go())
-        summary = summarize(out)
+        summary = summarize(cfg.out)
     except HoningError as exc:
         raise _fail(str(exc)) from exc
     typer.echo(format_summary(summary))
@@ -1059,16 +1068,20 @@ def serve_command(
     """An OpenAI-compatible server: /v1/chat/completions (tools, streaming, logprobs),
     /v1/completions (token-id prompts), /v1/models, and weight reloads (/reload_weights,
     /v1/load_lora_adapter) without a restart. Concurrent requests are batched together."""
+    from pydantic import TypeAdapter
+
+    from honing.precision import Dtype
     from honing.serve import serve
 
-    if dtype not in ("auto", "bfloat16", "float16", "float32"):
-        raise _fail(f"--dtype {dtype!r}: allowed: auto, bfloat16, float16, float32")
+    try:
+        weights: Dtype = TypeAdapter(Dtype).validate_python(dtype)
+    except ValidationError as exc:
+        raise _fail(_flag_errors(exc, "--dtype")) from exc
     if max_batch < 1:
         raise _fail(f"--max-batch {max_batch}: must be at least 1")
     _log_to_stderr()
     try:
-        serve(model_dir, host=host, port=port, name=name, dtype=dtype,  # type: ignore[arg-type]
-              max_batch=max_batch)  # fmt: skip
+        serve(model_dir, host=host, port=port, name=name, dtype=weights, max_batch=max_batch)
     except HoningError as exc:
         raise _fail(str(exc)) from exc
     except OSError as exc:  # the port is taken, or the address is not ours

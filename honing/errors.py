@@ -1,23 +1,20 @@
-"""The one exception hierarchy of honing.
+"""The one exception hierarchy of honing; * = infrastructure failure (retryable, never a reward).
 
-    HoningError                      base of every error honing raises on purpose
-    ├── ConfigError                  a config value is wrong; the message names the key and the fix
-    ├── SandboxError                 the sandbox itself failed (never the program it ran)
-    │   ├── SandboxUnavailable       isolation cannot be set up here (bubblewrap missing, …)
-    │   ├── CellCrashed              a cell died or stopped answering; the pool replaces it
-    │   ├── WorkspaceBusy            a workspace was touched while a run was using it
-    │   └── RuntimeBuildError        `honing sandbox runtime build` could not build a runtime
-    ├── EngineError                  an inference engine failed (server down, bad reply, timeout)
-    ├── WorkerLost                   a remote worker (a Ray actor) died mid-call; retry elsewhere
-    ├── DeadlineExceeded             a rollout deadline (setup, step, scoring, episode) passed
-    ├── StoreError                   a trajectory store is missing, corrupted, or was asked bad SQL
-    ├── CheckpointError              a checkpoint is missing, incomplete, corrupt, or does not fit
-    ├── ExportError                  a run cannot be exported as asked; the message says why
-    ├── ServeError                   a model or adapter cannot be served as asked
-    └── EventLogError                a run's event log has a corrupt line (the message names it)
-
-`SandboxError`, `EngineError` and `WorkerLost` are *infrastructure* failures: the scheduler may
-retry them, never a reward. A program that fails in the sandbox is an `ExecResult`, not an error.
+HoningError                      base of every error honing raises on purpose
+├── ConfigError                  a config value is wrong; the message names the key and the fix
+├── SandboxError *               the sandbox failed; a failed program is an ExecResult instead
+│   ├── SandboxUnavailable       isolation cannot be set up here (bubblewrap missing, …)
+│   ├── CellCrashed              a cell died or stopped answering; the pool replaces it
+│   ├── WorkspaceBusy            a workspace was touched while a run was using it
+│   └── RuntimeBuildError        `honing sandbox runtime build` could not build a runtime
+├── EngineError *                an inference engine failed (server down, bad reply, timeout)
+├── WorkerLost *                 a remote worker (a Ray actor) died mid-call; retry elsewhere
+├── DeadlineExceeded             a rollout deadline (setup, step, scoring, episode) passed
+├── StoreError                   a trajectory store is missing, corrupted, or was asked bad SQL
+├── CheckpointError              a checkpoint is missing, incomplete, corrupt, or does not fit
+├── ExportError                  a run cannot be exported as asked; the message says why
+├── ServeError                   a model or adapter cannot be served as asked
+└── EventLogError                a run's event log has a corrupt line (the message names it)
 """
 
 from __future__ import annotations

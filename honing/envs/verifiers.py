@@ -33,12 +33,16 @@ _REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 @functools.cache
 def verifier_version(domain: str) -> str:
     """`DOMAIN:DIGEST (distribution version, …, python X.Y.Z)` (see the module docstring)."""
-    from honing.envs.registry import ENVIRONMENTS
+    from honing.envs.registry import environments
 
-    if domain not in ENVIRONMENTS:
-        known = ", ".join(sorted(ENVIRONMENTS))
+    found = environments()
+    if domain not in found:
+        known = ", ".join(sorted(found))
         raise ConfigError(f"no environment, so no verifier, for domain {domain!r}; known: {known}")
-    return version_of(domain, ENVIRONMENTS[domain].__module__)
+    module = found[domain].__module__
+    # a domain of honing's own is followed within honing; another package's within its module
+    scope = SCOPE if module.startswith("honing.") else (*SCOPE, module)
+    return version_of(domain, module, scope)
 
 
 def version_of(name: str, module: str, scope: Sequence[str] = SCOPE) -> str:

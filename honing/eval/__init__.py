@@ -2,8 +2,10 @@
 
     policies   the `Policy` protocol; scripted `reference` and `noop` policies
     metrics    the recorded `Step`/`Episode` and pure functions computing each tier
-    runner     k episodes per task through the registered environments; the `EvalReport`
-    model      the same for a model: an engine acting through the rollout agent loop
+    runner     the evaluator: k episodes per task, each played by a `Player` (`PolicyPlayer`:
+               a scripted policy); the `EvalReport`
+    model      `EnginePlayer`: a model playing through the rollout agent loop
+    config     `EvalConfig`: the settings behind `honing eval`
     summary    the closing summary of a stored rollout (success, pass@k, endings, time)
 
 Covered: every registered domain, reported overall, per domain and per tag; infrastructure
@@ -23,11 +25,12 @@ from honing.eval.metrics import (
 from honing.eval.policies import POLICIES, Context, NoopPolicy, Policy, ReferencePolicy, make_policy
 from honing.eval.runner import (
     EvalReport,
+    Player,
+    PolicyPlayer,
     check_domains,
     evaluate,
+    play_episodes,
     report,
-    run_episode,
-    run_episodes,
 )
 
 __all__ = [
@@ -37,7 +40,9 @@ __all__ = [
     "Episode",
     "EvalReport",
     "NoopPolicy",
+    "Player",
     "Policy",
+    "PolicyPlayer",
     "ReferencePolicy",
     "SingleStep",
     "Step",
@@ -47,7 +52,6 @@ __all__ = [
     "evaluate",
     "make_policy",
     "pass_at_k",
+    "play_episodes",
     "report",
-    "run_episode",
-    "run_episodes",
 ]

@@ -9,7 +9,8 @@ A policy is called once per step with the episode so far (`Context`) and answers
 are shared by concurrent episodes, so an episode's state is in its context, never the policy.
 Built in, for testing the evaluation and the environments: `reference` plays
 `env.reference_actions(task)` in order, then stops; `noop` answers with no tool call.
-Not covered here: model policies (an engine generating the action), same protocol.
+The evaluator plays a policy through `runner.PolicyPlayer`; a model plays whole episodes
+through the agent loop instead (`model.EnginePlayer`).
 """
 
 from __future__ import annotations

@@ -202,7 +202,8 @@ async def heldout_scores(
     label: str,
 ) -> tuple[tuple[HeldoutScore, ...], float]:
     """Each held-out set played by an hf engine over `directory`; the scores and seconds."""
-    from honing.eval.model import evaluate_engine
+    from honing.eval.model import EnginePlayer
+    from honing.eval.runner import evaluate
     from honing.rollout.engines import make_engine
 
     started = time.perf_counter()
@@ -219,15 +220,8 @@ async def heldout_scores(
     scores = []
     try:
         for name, taskset in sets.items():
-            report = await evaluate_engine(
-                taskset,
-                engine,
-                pool,
-                name=label,
-                k=config.eval.k,
-                config=env,
-                agent=agent,
-            )
+            player = EnginePlayer(engine, agent, name=label)
+            report = await evaluate(taskset, player, pool, k=config.eval.k, config=env)
             e2e = report.end_to_end
             scores.append(
                 HeldoutScore(name, e2e.passed, e2e.total, e2e.infra_failed, e2e.success_rate)

@@ -8,6 +8,7 @@
     scheduler       many episodes in flight: groups, priorities, retries, staleness
     elastic         worker pools (sandbox cells, Ray actors) that grow and shrink with the queue
     offline         `honing rollout`: a task set through the scheduler into the store
+    config          RolloutConfig: the settings behind `honing rollout`
     replay          a stored trajectory's actions through the current environment (re-scoring)
     template_check  `honing check-template`
     ray/            engine and env workers as Ray actors for the same scheduler

@@ -205,7 +205,7 @@ class _Group:
 
 
 @dataclass(slots=True, eq=False)
-class _Episode:
+class _Live:
     group: _Group
     sample: int
     started: float = 0.0
@@ -322,7 +322,7 @@ class Scheduler:
         self._submit_waiters: deque[asyncio.Future[None]] = deque()
         self._ready: deque[Group] = deque()
         self._result_waiters: list[asyncio.Future[None]] = []
-        self._live: set[_Episode] = set()
+        self._live: set[_Live] = set()
         self._zombies: set[asyncio.Future[Trajectory]] = set()
         self._in_flight = 0
         self._groups_started = 0
@@ -543,7 +543,7 @@ class Scheduler:
             started += 1
             now = time.perf_counter()
             for sample in range(group.n):
-                ep = _Episode(group, sample, started=now)
+                ep = _Live(group, sample, started=now)
                 self._live.add(ep)
                 self._in_flight += 1
                 self._start(ep)
@@ -555,7 +555,7 @@ class Scheduler:
                 fut.set_result(None)
                 started -= 1
 
-    def _start(self, ep: _Episode) -> None:
+    def _start(self, ep: _Live) -> None:
         if self._state != "running" or self._failure is not None:
             return
         assert self._loop is not None
@@ -575,7 +575,7 @@ class Scheduler:
         return await self._run(task, sample, gate)
 
     # -- an attempt ends ---------------------------------------------------------------------
-    def _attempt_done(self, ep: _Episode, task: asyncio.Future[Trajectory]) -> None:
+    def _attempt_done(self, ep: _Live, task: asyncio.Future[Trajectory]) -> None:
         if ep.task is not task:  # abandoned by the guard: a late finisher, already delivered
             self._zombies.discard(task)
             if not task.cancelled():
@@ -606,9 +606,7 @@ class Scheduler:
         else:
             self._runner_error(ep, exc)
 
-    def _infra(
-        self, ep: _Episode, stage: str, cause: str, partial: Trajectory | None = None
-    ) -> None:
+    def _infra(self, ep: _Live, stage: str, cause: str, partial: Trajectory | None = None) -> None:
         cfg = self.config
         at = time.perf_counter() - ep.started
         if ep.infra_retries >= cfg.retries:
@@ -632,7 +630,7 @@ class Scheduler:
         assert self._loop is not None
         ep.timer = self._loop.call_later(delay, self._start, ep)
 
-    def _record_retry(self, ep: _Episode, retry: Retry) -> None:
+    def _record_retry(self, ep: _Live, retry: Retry) -> None:
         ep.retries.append(retry)
         stats = self._stats
         stats.retries += 1
@@ -640,7 +638,7 @@ class Scheduler:
         stats.retries_by_cause[kind] = stats.retries_by_cause.get(kind, 0) + 1
         self._hooks.on_retry(ep.group.task.id, retry)
 
-    def _runner_error(self, ep: _Episode, exc: BaseException) -> None:
+    def _runner_error(self, ep: _Live, exc: BaseException) -> None:
         cause = f"{type(exc).__name__}: {exc}"
         if self.config.on_runner_error == "deliver":
             log.error("episode runner failed on %s: %s", ep.group.task.id, cause, exc_info=exc)
@@ -656,7 +654,7 @@ class Scheduler:
             self._failure = err
         self._wake_all()
 
-    def _guard(self, ep: _Episode, task: asyncio.Future[Trajectory]) -> None:
+    def _guard(self, ep: _Live, task: asyncio.Future[Trajectory]) -> None:
         if ep.task is not task:
             return
         ep.task = None
@@ -673,7 +671,7 @@ class Scheduler:
         )
         self._deliver(ep, self._flagged(ep, Ending.TIMEOUT, "episode_deadline", detail), 0)
 
-    def _finished(self, ep: _Episode, traj: Trajectory) -> None:
+    def _finished(self, ep: _Live, traj: Trajectory) -> None:
         cfg = self.config
         staleness = self._version() - traj.policy_version if traj.policy_version >= 0 else 0
         if staleness > self._stats.max_staleness_seen:
@@ -696,7 +694,7 @@ class Scheduler:
             traj.detail = f"{cause}; re-issued {ep.reissues} time(s) already"
         self._deliver(ep, traj, staleness)
 
-    def _flagged(self, ep: _Episode, ending: Ending, failure: str, detail: str) -> Trajectory:
+    def _flagged(self, ep: _Live, ending: Ending, failure: str, detail: str) -> Trajectory:
         task = ep.group.task
         return Trajectory(
             task_id=task.id,
@@ -709,7 +707,7 @@ class Scheduler:
             started_at=time.time() - (time.perf_counter() - ep.started),
         )
 
-    def _deliver(self, ep: _Episode, traj: Trajectory, staleness: int) -> None:
+    def _deliver(self, ep: _Live, traj: Trajectory, staleness: int) -> None:
         group = ep.group
         if group.trajectories[ep.sample] is not None:  # cannot happen; loud if it ever does
             raise RuntimeError(f"sample {ep.sample} of group {group.id} delivered twice")

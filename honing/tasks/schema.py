@@ -1,8 +1,9 @@
 """The typed task record, one model per domain, told apart by the `domain` field.
 
-Covered: `CodeTask`, `MathTask`, `ToolsTask` and `SqlTask` with their fields, and the `Task`
-union that tells them apart; every task has `id`, `prompt`, `tags`, an optional `reference` and
-free `metadata`, and an unknown field is an error that names it. docs/tasks.md ("One example
+Covered: `TaskBase` and the built-in domains' `CodeTask`, `MathTask`, `ToolsTask` and `SqlTask`
+with their fields; every task has `domain`, `id`, `prompt`, `tags`, an optional `reference` and
+free `metadata`, and an unknown field is an error that names it. The union of every registered
+domain's model is `honing.tasks.domains.task_adapter()`. docs/tasks.md ("One example
 per domain", "The modules in detail") shows and describes each domain. Not covered: loading
 (`honing.tasks.load`) and checking references (`honing.tasks.quality`).
 """
@@ -10,22 +11,32 @@ per domain", "The modules in detail") shows and describes each domain. Not cover
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    TypeAdapter,
     field_validator,
     model_validator,
 )
 
 
+@dataclass(frozen=True)
+class ReferenceVerdict:
+    """The quality filter's verdict on one task: its reference (or a repair task's starting
+    code) checked by the domain's own judge. `unverified`: the sandbox could not check it."""
+
+    status: Literal["passed", "failed", "unverified"]
+    reason: str = ""
+
+
 class TaskBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    domain: str = Field(description="Which domain's model reads the row (its `Literal`).")
     id: str = Field(min_length=1, description="Unique within a task set.")
     prompt: str = Field(min_length=1, description="What the model is asked.")
     tags: list[str] = Field(default_factory=list, description="Free labels; metrics group by them.")
@@ -188,8 +199,3 @@ class SqlTask(TaskBase):
                 f"answer {self.answer!r} states no number, but a numeric rule needs one"
             )
         return self
-
-
-Task = Annotated[CodeTask | MathTask | ToolsTask | SqlTask, Field(discriminator="domain")]
-DOMAINS = ("code", "math", "tools", "sql")
-TASK_ADAPTER: TypeAdapter[CodeTask | MathTask | ToolsTask | SqlTask] = TypeAdapter(Task)

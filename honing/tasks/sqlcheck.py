@@ -25,7 +25,7 @@ from typing import Any, Literal
 from honing.errors import HoningError
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, RuntimeStore, SandboxPool
 from honing.tasks.checkrun import RunEnd, checker_limits, run_end
-from honing.tasks.schema import AnswerRule, SqlTask
+from honing.tasks.schema import AnswerRule, ReferenceVerdict, SqlTask
 
 RUNTIME = "honing-sql"
 DISTRIBUTIONS = ["duckdb"]
@@ -643,51 +643,43 @@ async def judge_answer(
 # -- references ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ReferenceCheck:
-    """A reference's verdict: passed, failed (the task's fault) or unverified (not its fault)."""
-
-    status: Literal["passed", "failed", "unverified"]
-    reason: str = ""
-
-
-async def check_reference(pool: SandboxPool, task: SqlTask) -> ReferenceCheck:
+async def check_reference(pool: SandboxPool, task: SqlTask) -> ReferenceVerdict:
     """The reference must be one SELECT yielding a single value, and both the answer it gives
     (`reference_answer` of that value) and the one the environment's reference actions submit
     (`reference_answer` of `task.answer`) must pass every rule."""
     if task.reference is None:
-        return ReferenceCheck("passed")
+        return ReferenceVerdict("passed")
     try:
         files = table_files(task)
     except ValueError as exc:
-        return ReferenceCheck("failed", str(exc))
+        return ReferenceVerdict("failed", str(exc))
     consistent = [q for r in task.rules if r.kind == "consistent" for q in r.queries]
     queries = list(dict.fromkeys([task.reference, *consistent]))
     run = await run_rule_queries(pool, task, queries, files)
     if run.problem is not None and run.problem.infrastructure:
-        return ReferenceCheck("unverified", f"sandbox error: {run.detail}")
+        return ReferenceVerdict("unverified", f"sandbox error: {run.detail}")
     if run.problem is not None:
-        return ReferenceCheck("failed", f"reference query: {run.detail}")
+        return ReferenceVerdict("failed", f"reference query: {run.detail}")
     known = {r.sql: r for r in run.results}
     value, problem = known[task.reference].single_value()
     if problem is not None:
-        return ReferenceCheck("failed", f"reference query {problem}"[:500])
+        return ReferenceVerdict("failed", f"reference query {problem}"[:500])
     for text in (reference_answer(task, value), reference_answer(task, task.answer)):
         judgement = await judge_answer(pool, task, text, files, known)
         if judgement.problem is not None:
             status: Literal["failed", "unverified"] = (
                 "unverified" if judgement.problem.infrastructure else "failed"
             )
-            return ReferenceCheck(status, f"rule queries: {judgement.detail}")
+            return ReferenceVerdict(status, f"rule queries: {judgement.detail}")
         failing = [c for c in judgement.checks if not c.passed]
         if failing:
             said = text.splitlines()[0]
             reasons = "; ".join(f"{c.kind}: {c.detail}" for c in failing)
-            return ReferenceCheck("failed", f"reference answer {said!r} fails {reasons}"[:500])
-    return ReferenceCheck("passed")
+            return ReferenceVerdict("failed", f"reference answer {said!r} fails {reasons}"[:500])
+    return ReferenceVerdict("passed")
 
 
-async def check_references(pool: SandboxPool, tasks: list[SqlTask]) -> dict[str, ReferenceCheck]:
+async def check_references(pool: SandboxPool, tasks: list[SqlTask]) -> dict[str, ReferenceVerdict]:
     """`check_reference` for each task (by id), in the DuckDB pool of `pool`; a DuckDB sandbox
     that cannot be built or started leaves every task unverified."""
     if not tasks:
@@ -695,10 +687,10 @@ async def check_references(pool: SandboxPool, tasks: list[SqlTask]) -> dict[str,
     try:
         sql_pool = await duckdb_pool(pool)
     except HoningError as exc:
-        return {t.id: ReferenceCheck("unverified", f"no DuckDB sandbox: {exc}") for t in tasks}
+        return {t.id: ReferenceVerdict("unverified", f"no DuckDB sandbox: {exc}") for t in tasks}
     limit = asyncio.Semaphore(sql_pool.config.size)
 
-    async def one(task: SqlTask) -> ReferenceCheck:
+    async def one(task: SqlTask) -> ReferenceVerdict:
         async with limit:
             return await check_reference(sql_pool, task)
 

@@ -19,7 +19,8 @@ from typing import Protocol
 
 from honing.config import StrictModel
 from honing.eval.metrics import Episode
-from honing.eval.model import evaluate_engine
+from honing.eval.model import EnginePlayer
+from honing.eval.runner import evaluate
 from honing.observe.events import emit
 from honing.observe.metrics import episode_fields, eval_scalars
 from honing.observe.progress import RunProgress
@@ -125,17 +126,15 @@ class HeldOut:
                 emit("episode", step, **fields)
 
             progress = _EvalProgress(name, total, self.progress)
-            report = await evaluate_engine(
+            player = EnginePlayer(engine, agent, name=f"step {step}", on_trajectory=logged)
+            report = await evaluate(
                 taskset,
-                engine,
+                player,
                 self.pool,
-                name=f"step {step}",
                 k=cfg.eval.k,
                 config=cfg.env_config,
-                agent=agent,
                 concurrency=cfg.engine.slots,  # the engine decodes them together
                 on_episode=progress,
-                on_trajectory=logged,
             )
             e2e = report.end_to_end
             point = EvalPoint(

@@ -206,11 +206,12 @@ def _stored_ids(shards: list[Shard]) -> tuple[dict[str, int], set[str]]:
 
 def _check(run_dir: Path, ids: dict[str, int], domains: set[str], by_id: dict[str, AnyTask],
            source: str) -> None:  # fmt: skip
-    unknown = sorted(d for d in domains if d not in registry.ENVIRONMENTS)
+    known = registry.environments()
+    unknown = sorted(d for d in domains if d not in known)
     if unknown:
         raise ConfigError(
             f"{run_dir}: trajectories of domain(s) {unknown} have no environment here (known: "
-            f"{', '.join(sorted(registry.ENVIRONMENTS))})"
+            f"{', '.join(sorted(known))})"
         )
     missing = [task_id for task_id in ids if task_id not in by_id]
     if missing:

@@ -15,12 +15,12 @@ Not covered: the phases that name the sources of each update (`honing.trainer.ru
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from honing.errors import ConfigError
+from honing.tasks import domains
 from honing.tasks.load import AnyTask, TaskSet, load_tasks, question_key
 from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource, TrainConfig
 
@@ -32,29 +32,21 @@ def load_source(name: str, source: TaskSource, *, heldout: bool = False) -> Task
     of a held-out synthetic-math source is worded as training never is, unless its `phrasings`
     says otherwise."""
     if source.tasks.startswith(SYNTHETIC_PREFIX):
-        from honing.tasks import synthetic
-        from honing.tasks.builtin import SYNTHETIC_SEED, SYNTHETIC_SIZE
+        from honing.tasks.synthetic import as_taskset
 
         phrasings = source.phrasings or ("heldout" if heldout else "train")
-        generators: dict[str, Callable[[int, int], Sequence[AnyTask]]] = {
-            "code": synthetic.generate_code_tasks,
-            "code-repair": synthetic.generate_code_repair_tasks,
-            "math": functools.partial(synthetic.generate_math_tasks, phrasings=phrasings),
-            "tools": synthetic.generate_tools_tasks,
-            "sql": synthetic.generate_sql_tasks,
-        }
-        domain = source.tasks.removeprefix(SYNTHETIC_PREFIX)
-        if domain not in generators:
+        generators = domains.generators()
+        key = source.tasks.removeprefix(SYNTHETIC_PREFIX)
+        if key not in generators:
             raise ConfigError(
                 f"{name}: unknown synthetic task set {source.tasks!r} (allowed: "
                 f"{', '.join(SYNTHETIC_PREFIX + d for d in generators)})"
             )
-        count = source.count or SYNTHETIC_SIZE
-        seed = SYNTHETIC_SEED if source.seed is None else source.seed
+        count = source.count or domains.SYNTHETIC_SIZE
+        seed = domains.SYNTHETIC_SEED if source.seed is None else source.seed
         named = source.count or source.seed is not None
-        taskset = synthetic.as_taskset(
-            f"{source.tasks}/{seed}" if named else source.tasks, generators[domain](count, seed)
-        )
+        generated = list(generators[key](count, seed, phrasings))
+        taskset = as_taskset(f"{source.tasks}/{seed}" if named else source.tasks, generated)
     else:
         taskset = load_tasks(source.tasks)
     tasks = taskset.tasks

@@ -13,23 +13,21 @@ calls (the assistant messages are calls only, plus whatever content the referenc
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from honing.envs.base import Action, EnvConfig, ToolCall
+from honing.envs.base import Action, EnvConfig
 from honing.envs.registry import make_env
 from honing.errors import HoningError
 from honing.rollout.chat import Message, observation_messages, parse_action
 from honing.sandbox import SandboxPool
+from honing.tasks import domains
+from honing.tasks.domains import TracePlan
 from honing.tasks.load import AnyTask, TaskSet
-from honing.tasks.schema import MathTask
 from honing.trainer.sft import tool_call_text
 
 MAX_LISTED = 20
@@ -62,96 +60,20 @@ def action_text(action: Action) -> str:
     return "\n".join(part for part in (action.content, calls) if part)
 
 
-# -- math: the expression behind an arithmetic answer ----------------------------------------
-_FAMILIES: dict[str, list[str]] = {  # honing.tasks.synthetic.math's families, by numbers in order
-    "sum": ["{0} + {1}"],
-    "difference": ["{0} - {1}", "{1} - {0}"],
-    "product": ["{0} * {1}"],
-    "product-large": ["{0} * {1}"],
-    "quotient": ["{0} / {1}", "{0} // {1}"],
-    "remainder": ["{0} % {1}"],
-    "two-step": ["{0} * {1} - {2}", "{0} * {1} + {2}", "({0} + {1}) * {2}"],
-}
-_DIRECT = re.compile(r"^\s*(?:what is|compute|calculate|evaluate)\s+(.+?)\s*[?.!]?\s*$", re.I)
-_WORDS = {"×": "*", "·": "*", "÷": "/", "−": "-", " times ": " * ", " mod ": " % "}
-_ARITHMETIC = re.compile(r"^[\d\s+\-*/%().]+$")
-
-
-def arithmetic_expression(task: MathTask) -> str | None:
-    """An expression whose exact value is `task.answer`, read off the prompt; None when none is
-    found (see the module docstring)."""
-    target = _number(task.answer)
-    if target is None:
-        return None
-    given = task.metadata.get("expression")  # honing.tasks.synthetic records its calculation
-    candidates: list[str] = [given] if isinstance(given, str) else []
-    direct = _DIRECT.match(task.prompt)
-    if direct:
-        body = direct.group(1)
-        for word, op in _WORDS.items():
-            body = body.replace(word, op)
-        if _ARITHMETIC.match(body) and re.search(r"\d", body):
-            candidates.append(" ".join(body.split()))
-    numbers = re.findall(r"\d+", task.prompt)
-    family = task.metadata.get("family")
-    if isinstance(family, str) and family in _FAMILIES:
-        for form in _FAMILIES[family]:
-            if form.count("{") == len(numbers):
-                candidates.append(form.format(*numbers))
-    for expression in candidates:
-        if _evaluate(expression) == target:
-            return expression
-    return None
-
-
-def _number(text: str) -> Fraction | None:
-    try:
-        return Fraction(text.strip())
-    except (ValueError, ZeroDivisionError):
-        return None
-
-
-_OPS: dict[type[ast.operator], Callable[[Fraction, Fraction], Fraction]] = {
-    ast.Add: lambda a, b: a + b,
-    ast.Sub: lambda a, b: a - b,
-    ast.Mult: lambda a, b: a * b,
-    ast.Div: lambda a, b: a / b,
-    ast.FloorDiv: lambda a, b: Fraction(a // b),
-    ast.Mod: lambda a, b: a % b,
-}
-
-
-def _evaluate(expression: str) -> Fraction | None:
-    """The exact value of + - * / // % over integers, parentheses; None for anything else."""
-
-    def ev(node: ast.AST) -> Fraction:
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return Fraction(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            return _OPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        raise ValueError(ast.dump(node))
-
-    try:
-        return ev(ast.parse(expression, mode="eval").body)
-    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
-        return None
-
-
 # -- playing -----------------------------------------------------------------------------------
+def trace_plan(task: AnyTask, env_actions: list[Action], *, calculator_first: bool) -> TracePlan:
+    """How to play `task`: its domain's plan (`Domain.trace_plan`: math's calculator first)
+    when `calculator_first` and the domain has one for it, else the reference actions."""
+    plan = domains.get(task.domain).trace_plan if calculator_first else None
+    return (plan(task, env_actions) if plan is not None else None) or TracePlan(env_actions)
+
+
 def reference_plan(
     task: AnyTask, env_actions: list[Action], *, calculator_first: bool
 ) -> tuple[list[Action], bool]:
-    """The actions to play, and whether they go through the calculator first."""
-    if calculator_first and isinstance(task, MathTask):
-        expression = arithmetic_expression(task)
-        if expression is not None:
-            calc = ToolCall(id="calc", name="calculator", arguments={"expression": expression})
-            value = task.answer.strip()
-            answer = ToolCall(id="answer", name="answer", arguments={"value": value})
-            return [Action(tool_calls=[calc]), Action(tool_calls=[answer])], True
-    return env_actions, False
+    """The actions to play, and whether they are the domain's plan (not the references)."""
+    plan = trace_plan(task, env_actions, calculator_first=calculator_first)
+    return plan.actions, plan.actions is not env_actions
 
 
 async def play_reference(
@@ -166,9 +88,9 @@ async def play_reference(
     """Play `task`'s reference through its real environment; the trace, with its outcome."""
     env = make_env(task.domain, pool, env_config)
     try:
-        actions, calculator = reference_plan(
-            task, env.reference_actions(task), calculator_first=calculator_first
-        )
+        references = env.reference_actions(task)
+        plan = trace_plan(task, references, calculator_first=calculator_first)
+        actions, calculator = plan.actions, plan.actions is not references
         observation = await env.reset(task)
         messages: list[Message] = []
         if system_prompt is not None:
@@ -187,22 +109,16 @@ async def play_reference(
             messages.append({"role": "assistant", "content": text})
             messages += observation_messages(result.observation, tool_role=True,
                                              restate=restate)  # fmt: skip
-            if calculator and turn == 0:
-                _check_calculator(task, result.observation.tool_results[0].content)
+            if turn == 0 and plan.check_first is not None:
+                wrong = plan.check_first(result.observation.tool_results[0].content)
+                if wrong is not None:
+                    raise TraceError(f"{task.id}: {wrong}")
             outcome = max(outcome, result.components.get(OUTCOME, 0.0))
             if result.done:
                 break
         return Trace(task.id, messages, list(observation.tools), outcome, calculator, texts)
     finally:
         await env.close()
-
-
-def _check_calculator(task: AnyTask, shown: str) -> None:
-    assert isinstance(task, MathTask)
-    if not shown.endswith(f" = {task.answer.strip()}"):
-        raise TraceError(
-            f"{task.id}: the calculator showed {shown!r}, not the answer {task.answer!r}"
-        )
 
 
 async def reference_traces(

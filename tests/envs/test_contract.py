@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from honing.envs import Action, EnvConfig, FailureReason, ToolCall
-from honing.envs.registry import ENVIRONMENTS, make_env
+from honing.envs.registry import environments, make_env
 from honing.errors import ConfigError
 from honing.sandbox import SandboxPool
 from honing.tasks import load_tasks
 from honing.tasks.load import AnyTask
 
-DOMAINS = sorted(ENVIRONMENTS)
+DOMAINS = sorted(environments())
 
 
 def example(domain: str) -> AnyTask:

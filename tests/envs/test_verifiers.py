@@ -18,11 +18,11 @@ TOY = "toyjudge_rescore"
 
 
 def test_every_domain_has_a_version_covering_its_judges() -> None:
-    for domain, env in registry.ENVIRONMENTS.items():
+    for domain, env in registry.environments().items():
         files = {p.name for p in judge_files(env.__module__)}
         assert {f"{domain}.py", "base.py"} <= files, domain
         assert verifier_version(domain).startswith(f"{domain}:")
-    math = {p.name for p in judge_files(registry.ENVIRONMENTS["math"].__module__)}
+    math = {p.name for p in judge_files(registry.environments()["math"].__module__)}
     assert {"mathcheck.py", "checkrun.py"} <= math and "sqlcheck.py" not in math
     assert f"math-verify {importlib.metadata.version('math-verify')}" in verifier_version("math")
     assert "duckdb" in verifier_version("sql") and "math-verify" not in verifier_version("sql")

@@ -6,19 +6,19 @@ import json
 
 import pytest
 
-from honing.envs import Action, EnvConfig, ToolCall, registry
+from honing.envs import Action, EnvConfig, ToolCall
 from honing.errors import ConfigError
 from honing.eval import (
     Context,
     NoopPolicy,
+    PolicyPlayer,
     ReferencePolicy,
     evaluate,
     make_policy,
-    run_episode,
-    run_episodes,
+    play_episodes,
 )
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
-from honing.tasks import CodeTask, MathTask, TaskSet
+from honing.tasks import CodeTask, MathTask, TaskSet, domains
 
 ADD = CodeTask(
     id="add",
@@ -92,7 +92,7 @@ async def test_reference_that_stops_early_is_a_failure(pool: SandboxPool) -> Non
         async def act(self, context: Context) -> Action | None:
             return None if context.steps else Action(tool_calls=[write(ADD.reference or "")])
 
-    episode = await run_episode(ADD, 0, WriteOnly(), pool, EnvConfig())
+    episode = await PolicyPlayer(WriteOnly()).play(ADD, 0, pool, EnvConfig())
     assert episode.stopped and not episode.success and not episode.infra_failed
     assert len(episode.steps) == 1
 
@@ -143,13 +143,17 @@ async def test_an_answer_its_checker_fails_on_is_judged_wrong_not_left_out(
     assert report.single_step.infra_steps == 0
 
 
-async def test_unregistered_domain_is_refused_by_name(
-    pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delitem(registry.ENVIRONMENTS, "math", raising=False)
-    algebra = MathTask(id="m1", prompt="1+1?", answer="2")
-    with pytest.raises(ConfigError, match=r"cannot evaluate domain 'math' \(1 tasks\).*available"):
-        await run_episodes([ADD, algebra], NoopPolicy(), pool)
+async def test_unregistered_domain_is_refused_by_name(pool: SandboxPool) -> None:
+    math = domains.get("math")
+    domains.unregister("math")
+    try:
+        algebra = MathTask(id="m1", prompt="1+1?", answer="2")
+        with pytest.raises(
+            ConfigError, match=r"cannot evaluate domain 'math' \(1 tasks\).*available"
+        ):
+            await play_episodes([ADD, algebra], NoopPolicy(), pool)
+    finally:
+        domains.register(math)
 
 
 def test_policies_by_name() -> None:

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from honing.errors import ConfigError
-from honing.tasks import CodeTask, MathTask, TaskSet, load_tasks, tasks_from_rows
-from honing.tasks.schema import TASK_ADAPTER
+from honing.tasks import CodeTask, MathTask, TaskSet, domains, load_tasks, tasks_from_rows
 
 Rows = list[dict[str, Any]]
 
@@ -24,7 +23,7 @@ def dumped(taskset: TaskSet) -> list[dict[str, Any]]:
 
 
 def expected(rows: Rows) -> list[dict[str, Any]]:
-    tasks = [TASK_ADAPTER.validate_python(r).model_dump(mode="json") for r in rows]
+    tasks = [domains.task_adapter().validate_python(r).model_dump(mode="json") for r in rows]
     return sorted(tasks, key=lambda d: d["id"])
 
 

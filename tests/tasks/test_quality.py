@@ -12,7 +12,7 @@ import pytest
 
 from honing.errors import ConfigError
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
-from honing.tasks import apply_quality_filter, load_tasks, verify_references
+from honing.tasks import apply_quality_filter, domains, load_tasks, verify_references
 from honing.tasks.mathcheck import (
     PROGRAM,
     checker_pool,
@@ -135,7 +135,7 @@ def test_the_value_an_answer_states(text: str, value: str, kind: str | None) -> 
 
 
 def test_code_program_calls_check_only_when_defined() -> None:
-    from honing.tasks.schema import TASK_ADAPTER
+    TASK_ADAPTER = domains.task_adapter()
 
     with_check = TASK_ADAPTER.validate_python(BAD_CODE)
     plain = TASK_ADAPTER.validate_python(GOOD_PLAIN)
@@ -224,7 +224,7 @@ async def test_sandbox_error_is_unverified_not_quarantined(
 
 
 async def test_verify_without_origins_still_names_the_task(pool: SandboxPool) -> None:
-    from honing.tasks.schema import TASK_ADAPTER
+    TASK_ADAPTER = domains.task_adapter()
 
     found = await verify_references([TASK_ADAPTER.validate_python(BAD_MATH)], pool)
     (q,) = found.failed
@@ -306,4 +306,4 @@ async def test_a_task_of_a_domain_the_filter_cannot_check_is_an_error_not_droppe
         await verify_references(cast(Any, tasks), cast(SandboxPool, UnusedPool()))
     message = str(caught.value)
     assert "'chess/mate-in-2'" in message and "'chess'" in message
-    assert "code, math, tools, sql" in message
+    assert "code, math, sql, tools" in message

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from honing.tasks import DOMAINS, CodeTask, MathTask, tasks_from_rows
-from honing.tasks.schema import TASK_ADAPTER
+from honing.tasks import CodeTask, MathTask, domains, tasks_from_rows
+
+TASK_ADAPTER = domains.task_adapter()
 
 CODE = {
     "id": "c1",
@@ -42,7 +43,7 @@ def test_math_task_validates() -> None:
 
 
 def test_domains_include_code_and_math() -> None:
-    assert {"code", "math"} <= set(DOMAINS)
+    assert {"code", "math", "tools", "sql"} <= set(domains.names())
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,8 @@ from honing.sandbox import (
     SandboxConfig,
     SandboxPool,
 )
-from honing.tasks import TaskSet, apply_quality_filter, load_tasks, verify_references
-from honing.tasks.schema import TASK_ADAPTER, AnswerRule, SqlTask
+from honing.tasks import TaskSet, apply_quality_filter, domains, load_tasks, verify_references
+from honing.tasks.schema import AnswerRule, SqlTask
 from honing.tasks.sqlcheck import (
     Number,
     QueryResult,
@@ -253,7 +253,7 @@ def test_synthetic_tasks_are_deterministic_and_prefix_stable() -> None:
     kinds = [sorted(r.kind for r in t.rules) for t in tasks[:4]]
     assert kinds == [["numeric", "traceable"], ["mentions", "numeric"], ["mentions", "numeric"],
                      ["consistent", "numeric"]]  # fmt: skip
-    assert all(TASK_ADAPTER.validate_python(t.model_dump()) == t for t in tasks)
+    assert all(domains.task_adapter().validate_python(t.model_dump()) == t for t in tasks)
     with pytest.raises(ValueError, match="n must be >= 0"):
         generate_sql_tasks(-1, seed=0)
 

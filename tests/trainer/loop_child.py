@@ -26,8 +26,8 @@ from honing.rollout.engines.base import Prompt
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.trainer.loop import train
-from honing.trainer.run_dir import UpdateRecord
 from honing.trainer.run_config import TrainConfig
+from honing.trainer.run_dir import UpdateRecord
 
 QUESTION = re.compile(r"What is (\d+) ([+-]) (\d+)\?")
 

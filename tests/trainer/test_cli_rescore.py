@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from honing.envs import registry
 from honing.envs.base import CallOutcome, ToolCall
 from honing.envs.math import MathEnv, calculate
 from honing.envs.verifiers import verifier_version
@@ -29,6 +28,7 @@ from honing.rollout.offline import rollout
 from honing.sandbox import SandboxConfig, SandboxPool
 from honing.store import TrajectoryWriter, read_trajectories
 from honing.store.rescore import RescoreStatus, read_rescores, rescore_dirs
+from honing.tasks import domains
 from honing.tasks.load import load_tasks
 from honing.tasks.schema import MathTask
 from honing.trainer.rescore import plan_rescore
@@ -118,8 +118,7 @@ def lax_run(tmp_path_factory: pytest.TempPathFactory, smol_dir: Path) -> Iterato
     async def play() -> None:
         engine = ScriptedEngine(respond, tokenizer=tokenizer)
         agent = AgentConfig(sampling=SamplingParams(max_new_tokens=64), max_turns=3)
-        with pytest.MonkeyPatch.context() as patch:  # the run's math domain is the lax judge's
-            patch.setitem(registry.ENVIRONMENTS, "math", LaxMathEnv)
+        with domains.replaced("math", env=LaxMathEnv):  # the run's math domain: the lax judge
             async with SandboxPool(SandboxConfig(pool_size=2)) as pool:
                 await rollout(load_tasks(str(tasks)), engine, pool, out=run, n=2, agent=agent)
         stored = read_trajectories(run)

@@ -39,13 +39,13 @@ def test_phrasings_is_refused_where_it_means_nothing() -> None:
 
 
 def test_a_source_without_count_or_seed_is_the_builtin_set() -> None:
-    from honing.tasks.builtin import BUILTIN
+    from honing.tasks.domains import builtin_sets
 
     source = TaskSource(tasks="synthetic-math")
     heldout = load_source("math", source, heldout=True)
     assert heldout.name == "synthetic-math"
     assert [t.prompt for t in heldout.tasks] == [
-        t.prompt for t in BUILTIN["synthetic-math"]().tasks
+        t.prompt for t in builtin_sets()["synthetic-math"]().tasks
     ]
 
 

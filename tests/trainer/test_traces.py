@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from honing.domains.math import _evaluate, arithmetic_expression
 from honing.envs.base import Action, ToolCall
 from honing.envs.registry import make_env
 from honing.rollout.agent import AgentConfig, run_episode
@@ -31,8 +32,6 @@ from honing.trainer.sft import ChatExample, load_chat_data, tokenize_example
 from honing.trainer.traces import (
     Trace,
     TraceError,
-    _evaluate,
-    arithmetic_expression,
     reference_plan,
     reference_traces,
     write_traces,

@@ -1,0 +1,31 @@
+"""The `code` domain: write (or repair) a Python function that its tests accept.
+
+Tasks: `CodeTask`; environment: `honing.envs.code.CodeEnv`; references judged as the model is
+(`honing.tasks.quality.check_code`); generators `code` and `code-repair`; built-in sets
+`humaneval`, `examples-code`. docs/envs.md and docs/tasks.md describe the domain.
+"""
+
+from __future__ import annotations
+
+from honing.envs.code import CodeEnv
+from honing.tasks.builtin import EXAMPLES_DIR, humaneval
+from honing.tasks.domains import Domain, register
+from honing.tasks.quality import check_code
+from honing.tasks.schema import CodeTask
+from honing.tasks.synthetic import generate_code_repair_tasks, generate_code_tasks
+
+DOMAIN = register(
+    Domain(
+        name="code",
+        task=CodeTask,
+        env=CodeEnv,
+        check=check_code,
+        generators={
+            "code": lambda n, seed, phrasings: generate_code_tasks(n, seed),
+            "code-repair": lambda n, seed, phrasings: generate_code_repair_tasks(n, seed),
+        },
+        sets={"humaneval": humaneval},
+        examples=EXAMPLES_DIR / "code_examples.jsonl",
+        description="write or repair Python functions against tests",
+    )
+)

@@ -1,0 +1,27 @@
+"""The `sql` domain: answer a question about tables by querying them with DuckDB.
+
+Tasks: `SqlTask`; environment: `honing.envs.sql.SqlEnv`; references judged by the sql rules
+(`honing.tasks.quality.check_sql`); generator `sql`; built-in set `examples-sql`. docs/envs.md
+and docs/tasks.md describe the domain.
+"""
+
+from __future__ import annotations
+
+from honing.envs.sql import SqlEnv
+from honing.tasks.builtin import EXAMPLES_DIR
+from honing.tasks.domains import Domain, register
+from honing.tasks.quality import check_sql
+from honing.tasks.schema import SqlTask
+from honing.tasks.synthetic import generate_sql_tasks
+
+DOMAIN = register(
+    Domain(
+        name="sql",
+        task=SqlTask,
+        env=SqlEnv,
+        check=check_sql,
+        generators={"sql": lambda n, seed, phrasings: generate_sql_tasks(n, seed)},
+        examples=EXAMPLES_DIR / "sql_examples.jsonl",
+        description="financial questions answered with DuckDB queries",
+    )
+)

@@ -1,0 +1,28 @@
+"""The `tools` domain: call the right functions with the right arguments (BFCL's rules).
+
+Tasks: `ToolsTask`; environment: `honing.envs.tools.ToolsEnv`; references judged by the call
+matcher (`honing.tasks.quality.check_tools`); generator `tools`; built-in sets `bfcl`,
+`examples-tools`. docs/envs.md and docs/tasks.md describe the domain.
+"""
+
+from __future__ import annotations
+
+from honing.envs.tools import ToolsEnv
+from honing.tasks.builtin import EXAMPLES_DIR, bfcl
+from honing.tasks.domains import Domain, register
+from honing.tasks.quality import check_tools
+from honing.tasks.schema import ToolsTask
+from honing.tasks.synthetic import generate_tools_tasks
+
+DOMAIN = register(
+    Domain(
+        name="tools",
+        task=ToolsTask,
+        env=ToolsEnv,
+        check=check_tools,
+        generators={"tools": lambda n, seed, phrasings: generate_tools_tasks(n, seed)},
+        sets={"bfcl": bfcl},
+        examples=EXAMPLES_DIR / "tools_examples.jsonl",
+        description="function calling: unit conversion, calendar, lookup, calculator",
+    )
+)

@@ -1,0 +1,205 @@
+"""The domain registry: a domain is one `register(Domain(...))`, and every per-domain table is
+derived from it (the task union, the quality filter, the generators, the built-in sets).
+
+    register(Domain(name="count", task=CountTask, env=CountEnv, check=play_references(CountEnv)))
+    get("code").env, names(), task_adapter().validate_python(row), builtin_sets()
+
+A domain module (`honing.domains.<name>`, or a user's own module) declares its task model, its
+environment class, how its references are checked, its generators, its built-in sets and its
+warm-start trace plan, and registers them once at import. The built-in domains and the
+`honing.domains` entry points are imported the first time the registry is read: by name, as
+plugins are, so no layer below them imports them. docs/envs.md, "Add a domain", walks through it.
+Not covered: the environments themselves (`honing.envs`) and what each domain judges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, Union
+
+from pydantic import Field, TypeAdapter
+
+from honing.errors import ConfigError
+from honing.tasks.schema import (
+    ReferenceVerdict as ReferenceVerdict,  # re-exported: what checks return
+)
+from honing.tasks.schema import TaskBase
+
+if TYPE_CHECKING:
+    from honing.sandbox import SandboxPool
+    from honing.tasks.load import TaskSet
+
+log = logging.getLogger(__name__)
+
+BUILTIN_MODULE = "honing.domains"  # imports every built-in domain module
+ENTRY_POINTS = "honing.domains"  # a package's own domains: `name = "pkg.module"`
+
+
+ReferenceCheck = Callable[[Sequence[Any], "SandboxPool"], Awaitable[dict[str, ReferenceVerdict]]]
+
+
+class Generator(Protocol):
+    """A seeded task generator: the same `(n, seed)` gives the same tasks on any machine.
+    `phrasings`: "train" words every task as training does; "heldout" words about half as
+    training never does (a domain with one wording ignores it)."""
+
+    def __call__(self, n: int, seed: int, phrasings: str) -> Sequence[Any]: ...
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Everything honing needs to know about one domain."""
+
+    name: str
+    task: type[TaskBase]  # its pydantic model; `domain: Literal[name]` tells rows apart
+    env: Callable[..., Any]  # its Environment class: `env(pool, config)`
+    # Judges each task given (with or without a reference) and returns a verdict per task it
+    # judged; a task with a reference and no verdict is an error.
+    check: ReferenceCheck
+    generators: Mapping[str, Generator] = field(default_factory=dict)  # synthetic-<key>
+    sets: Mapping[str, Callable[[], TaskSet]] = field(default_factory=dict)  # other built-ins
+    examples: Path | None = None  # JSONL of hand-written examples: the set examples-<name>
+    # Warm-start traces: (task, the env's reference actions) -> how to play it instead (None:
+    # play the reference actions as they are).
+    trace_plan: Callable[[Any, list[Any]], TracePlan | None] | None = None
+    description: str = ""
+
+
+_REGISTRY: dict[str, Domain] = {}
+_LOCK = threading.RLock()
+_discovered = False
+_adapter: tuple[tuple[tuple[str, int], ...], TypeAdapter[Any]] | None = None
+
+
+def register(domain: Domain) -> Domain:
+    """Add `domain` (or replace the one of that name: a test's override); returns it."""
+    fields = domain.task.model_fields
+    tag = fields["domain"].default if "domain" in fields else None
+    if tag != domain.name:
+        raise ConfigError(
+            f"domain {domain.name!r}: its task model {domain.task.__name__} must declare "
+            f"`domain: Literal[{domain.name!r}] = {domain.name!r}` (found {tag!r})"
+        )
+    with _LOCK:
+        _REGISTRY[domain.name] = domain
+    return domain
+
+
+def unregister(name: str) -> None:
+    with _LOCK:
+        _REGISTRY.pop(name, None)
+
+
+@contextlib.contextmanager
+def replaced(name: str, **changes: Any) -> Iterator[Domain]:
+    """`name`'s domain with some of its parts replaced, until the block ends (tests: another
+    judge, `replaced("math", env=LaxMathEnv)`)."""
+    original = get(name)
+    try:
+        yield register(dataclasses.replace(original, **changes))
+    finally:
+        register(original)
+
+
+def _discover() -> None:
+    """Import the built-in domains and the entry points' once (each registers itself)."""
+    global _discovered
+    with _LOCK:
+        if _discovered:
+            return
+        _discovered = True
+        importlib.import_module(BUILTIN_MODULE)
+        for point in entry_points(group=ENTRY_POINTS):
+            try:
+                point.load()
+            except Exception as exc:  # a broken plugin must not stop honing
+                log.warning("domain plugin %s (%s) failed to load: %s", point.name, point.value,
+                            exc)  # fmt: skip
+
+
+def registry() -> dict[str, Domain]:
+    """Every registered domain, by name (a copy)."""
+    _discover()
+    with _LOCK:
+        return dict(_REGISTRY)
+
+
+def names() -> list[str]:
+    return sorted(registry())
+
+
+def get(name: str) -> Domain:
+    """The domain called `name`; a ConfigError lists the registered ones."""
+    found = registry().get(name)
+    if found is None:
+        raise ConfigError(
+            f"no domain {name!r} is registered; available: {', '.join(names())} (a domain of "
+            "your own: import its module, which calls honing.tasks.domains.register)"
+        )
+    return found
+
+
+def task_adapter() -> TypeAdapter[Any]:
+    """Validates a task row of any registered domain (told apart by its `domain` field)."""
+    global _adapter
+    domains = registry()
+    key = tuple(sorted((n, id(d.task)) for n, d in domains.items()))
+    with _LOCK:
+        if _adapter is None or _adapter[0] != key:
+            models = tuple(d.task for _, d in sorted(domains.items()))
+            union: Any = models[0] if len(models) == 1 else Union[models]  # noqa: UP007
+            _adapter = (key, TypeAdapter(Annotated[union, Field(discriminator="domain")]))
+        return _adapter[1]
+
+
+def builtin_sets() -> dict[str, Callable[[], TaskSet]]:
+    """The built-in task sets every domain brings: `synthetic-<generator>` (64 tasks, seed 0,
+    held-out wording), `examples-<domain>`, and its own named sets."""
+    from honing.tasks.load import read_rows, tasks_from_rows
+    from honing.tasks.synthetic.common import as_taskset
+
+    out: dict[str, Callable[[], TaskSet]] = {}
+    for domain in registry().values():
+        for key, gen in domain.generators.items():
+            name = f"synthetic-{key}"
+
+            def synthetic(name: str = name, gen: Generator = gen) -> TaskSet:
+                return as_taskset(name, list(gen(SYNTHETIC_SIZE, SYNTHETIC_SEED, "heldout")))
+
+            out[name] = synthetic
+        if domain.examples is not None:
+            name, path = f"examples-{domain.name}", str(domain.examples)
+
+            def examples(name: str = name, path: str = path) -> TaskSet:
+                return tasks_from_rows(name, read_rows(path))
+
+            out[name] = examples
+        out.update(domain.sets)
+    return out
+
+
+def generators() -> dict[str, Generator]:
+    """Every domain's generators, by key (`synthetic-<key>` names the set)."""
+    return {key: gen for d in registry().values() for key, gen in d.generators.items()}
+
+
+SYNTHETIC_SIZE = 64
+SYNTHETIC_SEED = 0
+
+
+@dataclass(frozen=True)
+class TracePlan:
+    """A domain's way to play a task's reference for warm-start traces: `actions` instead of
+    the environment's reference actions, and `check_first`, which reads the first step's first
+    tool result and says what is wrong with it (None: nothing)."""
+
+    actions: list[Any]
+    check_first: Callable[[str], str | None] | None = None
