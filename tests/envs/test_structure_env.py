@@ -1,0 +1,104 @@
+"""The structure domain end to end: the environment's tools and rewards on the real kernel in the
+sandbox, the quality filter quarantining a planted bad reference, and `honing eval` solving the
+examples with the reference policy and none with noop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from honing.envs import Action, EnvConfig, FailureReason, ToolCall
+from honing.envs.registry import make_env
+from honing.envs.structure import StructureEnv
+from honing.sandbox import SandboxPool
+from honing.tasks import load_tasks, verify_references
+from honing.tasks.structure.generate import generate_structure_tasks
+from honing.tasks.structure.task import StructureTask
+
+
+def call(name: str, **arguments: object) -> Action:
+    return Action(tool_calls=[ToolCall(id=name, name=name, arguments=arguments)])
+
+
+def bracket() -> StructureTask:
+    task = next(t for t in generate_structure_tasks(6, 3) if "family:bracket" in t.tags)
+    return task
+
+
+async def test_build_render_rollback_and_a_wrong_model_judged_per_constraint(
+    pool: SandboxPool,
+) -> None:
+    task = bracket()
+    env = make_env("structure", pool, EnvConfig(max_steps=8))
+    assert isinstance(env, StructureEnv)
+    await env.reset(task)
+    scene = json.loads(task.reference or "")
+    plate = scene["objects"][0]["children"][0]  # the plate without its holes
+
+    first = await env.step(call("build", scene={"objects": [plate]}))
+    assert first.components == {"well_formed": 1.0, "built": 1.0, "watertight": 1.0}
+    assert "0 through-hole(s)" in first.observation.tool_results[0].content
+
+    shown = await env.step(call("render", view="top"))
+    text = shown.observation.tool_results[0].content
+    assert "silhouette (top)" in text and "#" in text
+    assert env.last_render is not None and env.last_render.startswith(b"\x89PNG\r\n\x1a\n")
+
+    broken = await env.step(call("build", scene={"objects": [{"type": "box", "size": [1, -2, 3]}]}))
+    assert broken.info.failure is FailureReason.TOOL_ERROR and broken.components["built"] == 0.0
+    assert "objects[0]" in broken.observation.tool_results[0].content
+
+    back = await env.step(call("rollback"))
+    assert back.observation.tool_results[0].ok
+    judged = await env.step(call("submit"))
+    assert judged.done and judged.components["outcome"] == 0.0
+    assert judged.info.failure is FailureReason.CHECKER_REJECTED
+    assert judged.components["met:holes"] == 0.0 and judged.components["met:dims"] == 1.0
+    assert "holes" in judged.observation.tool_results[0].content
+    await env.close()
+
+
+async def test_a_script_builds_the_same_model_as_its_scene(pool: SandboxPool) -> None:
+    task = next(t for t in load_tasks("examples-structure").tasks if t.id.endswith("l-bracket"))
+    assert task.reference is not None and "add(" in task.reference  # a script reference
+    env = make_env("structure", pool, EnvConfig(max_steps=4))
+    await env.reset(task)
+    for action in env.reference_actions(task):
+        result = await env.step(action)
+    assert result.done and result.components["outcome"] == 1.0
+    await env.close()
+
+
+async def test_the_quality_filter_quarantines_a_planted_bad_reference(pool: SandboxPool) -> None:
+    tasks = generate_structure_tasks(6, 1)
+    target = tasks[0].target
+    wrong = json.loads(json.dumps(target))
+    wrong["objects"] = [wrong["objects"][0]["children"][0]]  # the plate alone: holes missing
+    planted = tasks[0].model_copy(update={"reference": json.dumps(wrong)})
+    found = await verify_references([planted, *tasks[1:]], pool)
+    assert [q.task_id for q in found.failed] == [planted.id]
+    assert "holes" in found.failed[0].reason
+    assert len(found.passed) == 5 and found.unverified == []
+
+
+def honing_eval(policy: str) -> dict[str, object]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "honing", "eval", "--tasks", "examples-structure", "--policy",
+         policy, "--json"],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(out["by_domain"]) == {"structure"}
+    return out
+
+
+def test_honing_eval_reference_solves_every_example_and_noop_none() -> None:
+    solved = honing_eval("reference")["end_to_end"]
+    assert isinstance(solved, dict)
+    assert (solved["passed"], solved["total"], solved["infra_failed"]) == (7, 7, 0)
+    none = honing_eval("noop")["end_to_end"]
+    assert isinstance(none, dict)
+    assert (none["passed"], none["total"], none["infra_failed"]) == (0, 7, 0)
