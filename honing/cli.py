@@ -410,6 +410,13 @@ def eval_command(
     dtype: Annotated[
         str, typer.Option(help="model:PATH: auto, bfloat16, float16, float32.")
     ] = "auto",
+    images: Annotated[
+        bool,
+        typer.Option(
+            help="Model policies: show the tools' images (structure renders) as image parts "
+            "(openai:URL serving a vision model)."
+        ),
+    ] = False,
     isolation: Isolation = "bwrap",
     quiet: Quiet = False,
 ) -> None:
@@ -426,13 +433,16 @@ def eval_command(
         "tasks": tasks, "policy": policy, "k": k, "max_steps": max_steps, "shard": shard,
         "concurrency": concurrency, "max_new_tokens": max_new_tokens,
         "system_prompt": system_prompt, "temperature": temperature, "seed": seed,
-        "dtype": dtype, "sandbox": {"isolation": isolation},
+        "dtype": dtype, "images": images, "sandbox": {"isolation": isolation},
     })  # fmt: skip
     try:
         chosen = None if cfg.model_policy else make_policy(cfg.policy)
         saved = _saved_agent(cfg.policy)
         steps = cfg.max_steps if cfg.max_steps is not None or saved is None else saved.max_turns
         env_config = EnvConfig() if steps is None else EnvConfig(max_steps=steps)
+        if cfg.images and chosen is not None:
+            raise ConfigError(f"--images applies to model policies, not {cfg.policy!r}")
+        _check_images(cfg.images, cfg.policy)
         agent = None if chosen is not None else _eval_agent(cfg, saved, env_config.max_steps)
         taskset = load_tasks(cfg.tasks)
         quarantined = len(taskset.quarantined)
@@ -496,6 +506,15 @@ def eval_command(
         raise typer.Exit(3)
 
 
+def _check_images(images: bool, model: str) -> None:
+    """--images needs a chat engine (openai:URL): a local model reads a text transcript."""
+    if images and not model.startswith("openai:"):
+        raise ConfigError(
+            f"--images: {model!r} is a local model, which reads text only (the tools' summaries); "
+            "serve a vision model and pass openai:URL, or leave --images out"
+        )
+
+
 def _eval_agent(cfg: EvalConfig, saved: SavedAgent | None, max_steps: int) -> AgentConfig:
     """A model policy's agent: the flags, else the model's saved settings, else the defaults
     (greedy for k=1, temperature 1 otherwise)."""
@@ -513,6 +532,7 @@ def _eval_agent(cfg: EvalConfig, saved: SavedAgent | None, max_steps: int) -> Ag
         "system_prompt": prompt,
         "max_total_tokens": saved.max_total_tokens if saved is not None else 4096,
         "restate": saved.restate if saved is not None else True,
+        "images": cfg.images,
     })  # fmt: skip
 
 
@@ -640,6 +660,13 @@ def rollout_command(
     ] = None,
     engine_workers: Annotated[int, typer.Option(help="backend ray: engine actors.")] = 1,
     sandbox_workers: Annotated[int, typer.Option(help="backend ray: sandbox actors.")] = 1,
+    images: Annotated[
+        bool,
+        typer.Option(
+            help="Show the tools' images (structure renders) to the model as image parts: an "
+            "openai:URL serving a vision model."
+        ),
+    ] = False,
     isolation: Isolation = "bwrap",
     quiet: Quiet = False,
 ) -> None:
@@ -653,7 +680,8 @@ def rollout_command(
     sampling = {"max_new_tokens": max_new_tokens, "temperature": temperature, "seed": seed}
     cfg = _from_flags(RolloutConfig, {
         "tasks": tasks, "model": model, "out": out, "n": n, "limit": limit, "shard": shard,
-        "dtype": dtype, "backend": backend, "agent": {"max_turns": max_turns, "sampling": sampling},
+        "dtype": dtype, "backend": backend, "agent": {"max_turns": max_turns, "sampling": sampling,
+                                                     "images": images},
         "scheduler": {"engine_slots": engine_slots}, "sandbox": {"isolation": isolation},
     })  # fmt: skip
     slots = cfg.scheduler.engine_slots  # the engine decodes that many together
@@ -666,6 +694,7 @@ def rollout_command(
         if not taskset.tasks:
             raise ConfigError(f"--tasks {cfg.tasks!r}: no valid tasks")
         check_domains(taskset.tasks)
+        _check_images(cfg.agent.images, cfg.model)
         ray_config = _ray_config(ray_address, engine_workers, sandbox_workers, cfg.backend)
         engine = _make_engine(cfg.model, cfg.dtype, max_batch=slots) if ray_config is None else None
     except HoningError as exc:

@@ -53,6 +53,11 @@ class Turn:
     detail: str = ""
     step_s: float = 0.0
     tool_s: dict[str, float] = field(default_factory=dict)
+    # observation: the images its tool results drew, as PNG files relative to the store's
+    # directory (set by the store's writer); `image_data` holds their bytes until then and is
+    # never stored, compared or printed.
+    images: list[str] = field(default_factory=list)
+    image_data: list[bytes] = field(default_factory=list, compare=False, repr=False)
 
 
 @dataclass(slots=True)

@@ -163,10 +163,18 @@ class TaskState(BaseModel):
 
 
 class ToolResult(_Record):
+    """One tool call's result: `content` is the text the model is shown; `images` (PNG bytes)
+    what the tool drew, shown to a vision model only (`AgentConfig.images`) and kept in the
+    trajectory store. JSON carries the images as base64."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_bytes="base64",
+                              val_json_bytes="base64")  # fmt: skip
+
     call_id: str
     name: str
     content: str  # what the model is shown
     ok: bool
+    images: list[bytes] = Field(default_factory=list, repr=False)  # PNG files' bytes
 
 
 class Observation(_Record):
@@ -204,7 +212,8 @@ class StepResult(_Record):
 
 @dataclass
 class CallOutcome:
-    """What one tool call did: shown to the model as `text`, scored by `components`."""
+    """What one tool call did: shown to the model as `text` (and `images`, PNG bytes, to a
+    vision model), scored by `components`."""
 
     ok: bool
     text: str
@@ -212,6 +221,7 @@ class CallOutcome:
     components: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     log: str = ""
+    images: list[bytes] = field(default_factory=list, repr=False)
 
 
 StepOutput = tuple[dict[str, float], list[ToolResult], StepInfo]
@@ -355,7 +365,8 @@ class Environment(abc.ABC):
         tool_s: dict[str, float] = {}
         for call in calls:
             out = await run(call)
-            results.append(ToolResult(call_id=call.id, name=call.name, content=out.text, ok=out.ok))
+            results.append(ToolResult(call_id=call.id, name=call.name, content=out.text, ok=out.ok,
+                                      images=list(out.images)))  # fmt: skip
             components.update(out.components)
             tool_s[call.name] = tool_s.get(call.name, 0.0) + out.seconds
             if out.log:

@@ -2,7 +2,7 @@
 fix it, submit it; the submission is judged geometrically against the task's target.
 
 Covered: `build(scene | script)`, `render(view)` (a text summary and a coarse silhouette for
-text-only policies; the PNG is kept as `last_render`), `inspect`, `rollback` (to the last
+text-only policies; the PNG is its image and `last_render`), `inspect`, `rollback` (to the last
 scene that built as a closed solid), `submit` (the kernel's comparison: volume IoU, extents,
 volume, holes, bodies, watertightness, materials, lights, and the image similarity when the task
 asks for it); process rewards `built`, `watertight` and one `met:<constraint>` per constraint.
@@ -146,7 +146,7 @@ class StructureEnv(Environment):
                 return reply
             self.last_render = base64.b64decode(reply["png_b64"])
             text = f"{describe(reply['summary'])}\nsilhouette ({view}):\n{reply['silhouette']}"
-            return CallOutcome(True, text)
+            return CallOutcome(True, text, images=[self.last_render])
         if name == "inspect":
             reply = await self._kernel({"op": "build", "scene": self.scene})
             if isinstance(reply, CallOutcome):

@@ -35,6 +35,7 @@ class EvalConfig(StrictModel):
     temperature: float | None = Field(None, description="Model policies: sampling temperature.")
     seed: int | None = Field(None, description="Model policies: sampling seed.")
     dtype: Dtype = Field("auto", description="model:PATH: the weights' dtype.")
+    images: bool = Field(False, description="Model policies: show the tools' images.")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)  # isolation
 
     @field_validator("policy")

@@ -780,6 +780,11 @@ pre { white-space:pre-wrap; overflow-wrap:anywhere; margin:4px 0;
             margin:6px 0; }
 .toolcall .tag, .step { font-size:12px; color:var(--muted); }
 .detail { font-size:12px; color:#8a4b00; }
+.images { display:flex; flex-wrap:wrap; gap:10px; margin:6px 0; }
+.images figure { margin:0; }
+.images img { display:block; max-width:256px; height:auto; border:1px solid var(--line);
+              background:#fff; }
+.images figcaption { font-size:11px; color:var(--muted); }
 .ending { font-size:13px; margin-top:8px; }
 .ok { color:#2f7d32; } .bad { color:#c0392b; }
 footer { color:var(--muted); font-size:12px; text-align:center; padding:0 0 24px; }

@@ -1,6 +1,8 @@
 """The report's sample episodes: whole conversations as the model saw them (the prompt, each model
-turn with the tool calls parsed from it, each observation with the step's reward), for the newest
-success, the newest failure and the newest episode. Everything taken from the run is escaped.
+turn with the tool calls parsed from it, each observation with the step's reward and the images
+its tools drew, embedded as data URLs), for the newest success, the newest failure and the newest
+episode (and the newest with images when none of those has any). Everything taken from the run is
+escaped; an image is embedded only if it is a PNG inside the store's images folder.
 
 Not covered: any other episode (query the trajectory store for those), the other sections
 (honing.report.page).
@@ -8,13 +10,19 @@ Not covered: any other episode (query the trajectory store for those), the other
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
+from pathlib import Path
 from typing import Any
 
+from honing.errors import StoreError
 from honing.report.data import RunData
 from honing.report.markup import duration, esc, missing_html, num, section_html
-from honing.store import Trajectory
+from honing.store import Trajectory, read_image
+
+MAX_IMAGES = 8  # per turn
+MAX_IMAGE_BYTES = 1_000_000
 
 
 def _pick_samples(data: RunData) -> list[tuple[str, int, Trajectory]]:
@@ -38,7 +46,38 @@ def _pick_samples(data: RunData) -> list[tuple[str, int, Trajectory]]:
                 break
         else:
             found.append(("the latest episode", *latest))
+    if not any(_has_images(t) for _, _, t in found):
+        drawn = next((x for x in newest if _has_images(x[1])), None)
+        if drawn is not None:
+            found.append(("an episode with images", *drawn))
     return found
+
+
+def _has_images(t: Trajectory) -> bool:
+    return any(turn.images for turn in t.turns)
+
+
+def _images_html(run_dir: Path, names: list[str]) -> str:
+    """The turn's images as data URLs (the page is one file), each captioned with its file; one
+    that cannot be shown says why."""
+    shown = []
+    for name in names[:MAX_IMAGES]:
+        try:
+            data = read_image(run_dir, name)
+        except StoreError as exc:
+            shown.append(f'<div class="detail">image not shown: {esc(exc)}</div>')
+            continue
+        if len(data) > MAX_IMAGE_BYTES:
+            shown.append(f'<div class="detail">image not shown: {esc(name)} has {len(data)} '
+                         f"bytes (over {MAX_IMAGE_BYTES})</div>")  # fmt: skip
+            continue
+        url = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+        caption = esc(Path(name).name)
+        shown.append(f'<figure class="image"><img src="{url}" alt="{caption}">'
+                     f"<figcaption>{caption}</figcaption></figure>")  # fmt: skip
+    if len(names) > MAX_IMAGES:
+        shown.append(f'<div class="detail">{len(names) - MAX_IMAGES} more images</div>')
+    return f'<div class="images">{"".join(shown)}</div>'
 
 
 def _clip(text: str, most: int = 6000) -> str:
@@ -72,7 +111,8 @@ def _tool_call_html(call: dict[str, Any]) -> str:
     )
 
 
-def _turn_html(turn: Any) -> str:
+def _turn_html(turn: Any, run_dir: Path) -> str:
+    images = _images_html(run_dir, list(turn.images)) if turn.images else ""
     role = turn.role
     if role == "assistant":
         meta = f"model · {duration(turn.generation_s)}"
@@ -81,7 +121,7 @@ def _turn_html(turn: Any) -> str:
         calls = "".join(_tool_call_html(c) for c in turn.tool_calls)
         return (
             f'<div class="turn assistant"><div class="who">{meta}</div>'
-            f"{_text_html(turn.text)}{calls}</div>"
+            f"{_text_html(turn.text)}{calls}{images}</div>"
         )
     if role == "tool":
         bits = [f"reward {num(turn.reward)}"]
@@ -93,16 +133,16 @@ def _turn_html(turn: Any) -> str:
         return (
             f'<div class="turn tool"><div class="who">observation · step '
             f"{duration(turn.step_s)}{' · ' + tools if tools else ''}</div>"
-            f"{_text_html(turn.text)}{detail}"
+            f"{_text_html(turn.text)}{images}{detail}"
             f'<div class="step">{" · ".join(bits)}</div></div>'
         )
     return (
         f'<div class="turn prompt"><div class="who">{esc(role)} (prompt)</div>'
-        f"{_text_html(turn.text)}</div>"
+        f"{_text_html(turn.text)}{images}</div>"
     )
 
 
-def trajectory_html(why: str, step: int, t: Trajectory) -> str:
+def trajectory_html(why: str, step: int, t: Trajectory, run_dir: Path) -> str:
     verdict = '<span class="ok">success</span>' if t.success else '<span class="bad">failed</span>'
     ending = t.ending.value + (f" ({t.failure})" if t.failure else "")
     tags = ", ".join(t.tags) or "none"
@@ -114,7 +154,7 @@ def trajectory_html(why: str, step: int, t: Trajectory) -> str:
         f'<div class="meta">domain {esc(t.domain)} · tags {esc(tags)} · {t.steps} steps · '
         f"{t.model_tokens} model tokens · {duration(t.total_s)} · policy version "
         f"{t.policy_version}</div>"
-        + "".join(_turn_html(turn) for turn in t.turns)
+        + "".join(_turn_html(turn, run_dir) for turn in t.turns)
         + f'<div class="ending">ended: {esc(ending)}{" — " + esc(t.detail) if t.detail else ""}'
         f" · components "
         f"{esc(', '.join(f'{k} {num(v)}' for k, v in sorted(t.components.items())) or 'none')}"
@@ -133,8 +173,7 @@ def samples_section(data: RunData) -> str:
     intro = (
         '<p class="note">Whole conversations as the model saw them: the prompt, each model '
         "turn (its text and the tool calls parsed from it), and each observation with the "
-        "step's reward.</p>"
+        "step's reward and the images its tools drew.</p>"
     )
-    return section_html(
-        "samples", "Sample episodes", intro + "".join(trajectory_html(*s) for s in samples)
-    )
+    shown = "".join(trajectory_html(*s, data.run_dir) for s in samples)
+    return section_html("samples", "Sample episodes", intro + shown)

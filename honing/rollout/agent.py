@@ -7,10 +7,11 @@
     the observation → until the environment is done, `max_turns`, or `max_total_tokens`
     → close the environment (scoring deadline), always.
 
-Covered: token engines (token-faithful) and chat engines; a malformed output is the model's
-failure (rejected by the environment, never retried); infrastructure failures raise
-`InfraFailure` for the scheduler; nested deadlines (docs/rollout.md, "The modules in detail").
-Not covered: scheduling many episodes, retries and staleness (`honing.rollout.scheduler`).
+Covered: token engines (token-faithful) and chat engines (the tools' images as content parts
+when `AgentConfig.images`; each observation turn keeps its images for the store); a malformed
+output is the model's failure (rejected by the environment, never retried); infrastructure
+failures raise `InfraFailure` for the scheduler; nested deadlines (docs/rollout.md, "The modules
+in detail"). Not covered: scheduling many episodes, retries, staleness (`honing.rollout.scheduler`).
 """
 
 from __future__ import annotations
@@ -32,13 +33,21 @@ from honing.envs.base import (
     Observation,
     StepResult,
 )
-from honing.errors import DeadlineExceeded, EngineError, HoningError, SandboxError, WorkerLost
+from honing.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    EngineError,
+    HoningError,
+    SandboxError,
+    WorkerLost,
+)
 from honing.records import Ending, Trajectory, Turn
 from honing.rollout.chat import (
     ChatFormat,
     Message,
     Transcript,
     first_messages,
+    message_text,
     observation_messages,
     openai_tool_calls,
     parse_action,
@@ -111,6 +120,10 @@ class AgentConfig(StrictModel):
     max_total_tokens: int = 4096  # prompt + all turns; beyond it: Ending.CONTEXT_LIMIT
     system_prompt: str | None = None  # None: honing's default tool-use system prompt
     restate: bool = True  # each observation shows the whole task state; False: what changed
+    # Show the tools' images (the structure domain's renders) to the model as image content
+    # parts: for a vision model behind a chat engine (openai without tokens_of). Off, and always
+    # for token engines, the model sees text only; the store keeps the images either way.
+    images: bool = False
     deadlines: Deadlines = Deadlines()
 
 
@@ -158,6 +171,12 @@ class _Episode:
             dataset=dataset if isinstance(dataset, str) else "", started_at=time.time(),
         )  # fmt: skip
         self.tokens = engine.accepts_tokens
+        if config.images and self.tokens:
+            raise ConfigError(
+                f"agent images: true needs a chat engine serving a vision model, but engine "
+                f"{engine.name} takes token ids (a text-only transcript); turn images off, or use "
+                "an openai engine without tokens_of"
+            )
         self.transcript: Transcript | None = None
         self.messages: list[Message] = []  # chat engines
         self.tools: list[dict[str, object]] = []
@@ -329,13 +348,15 @@ class _Episode:
         else:  # a server answers structured calls with tool messages, and only those
             structured = "tool_calls" in self.messages[-1]
             new = observation_messages(result.observation, tool_role=structured,
-                                       restate=self.config.restate)  # fmt: skip
+                                       restate=self.config.restate,
+                                       images=self.config.images)  # fmt: skip
             self.messages.extend(new)
+        drawn = [png for r in result.observation.tool_results for png in r.images]
         self.traj.turns.append(Turn(
-            "tool", "\n\n".join(str(m["content"]) for m in new), start, len(self.traj.token_ids),
+            "tool", "\n\n".join(message_text(m) for m in new), start, len(self.traj.token_ids),
             reward=result.reward, components=dict(result.components),
             failure=info.failure.value if info.failure else None, detail=info.detail,
-            step_s=info.step_s, tool_s=dict(info.tool_s),
+            step_s=info.step_s, tool_s=dict(info.tool_s), image_data=drawn,
         ))  # fmt: skip
         return fits
 

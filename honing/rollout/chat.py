@@ -9,13 +9,14 @@
 
 Covered: token-faithful transcripts (only the delta of each observation is tokenized, with a
 fallback for templates that are not prefix-preserving), tools rendered natively or in the system
-prompt, and parsing tool calls (docs/rollout.md, "The modules in detail"). Not covered:
-generating, stepping the environment, deadlines (`honing.rollout.agent`), and checking a
-template ahead of time (`honing.rollout.template_check`).
+prompt, images as content parts for vision models (chat engines only), and parsing tool calls
+(docs/rollout.md, "The modules in detail"). Not covered: generating, stepping the environment,
+deadlines (`honing.rollout.agent`), checking a template (`honing.rollout.template_check`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -24,7 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from honing.envs.base import Action, MalformedAction, Observation, ToolCall, untrusted_json
+from honing.envs.base import (
+    Action,
+    MalformedAction,
+    Observation,
+    ToolCall,
+    ToolResult,
+    untrusted_json,
+)
 from honing.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -72,22 +80,56 @@ def first_messages(observation: Observation, system_prompt: str | None, *,
 
 
 def observation_messages(
-    observation: Observation, *, tool_role: bool, restate: bool = True
+    observation: Observation, *, tool_role: bool, restate: bool = True, images: bool = False
 ) -> list[Message]:
     """The messages that show a step's results: tool messages (or a prefixed user message when
     the template has no tool role), then the task state as a user message. `restate=False`
     shows the observation's `update` (what changed) instead of the whole state; the user
-    message is left out when that is empty and there are tool results to show."""
+    message is left out when that is empty and there are tool results to show. `images=True`
+    (a vision model behind a chat engine) adds the results' images to the user message as
+    image content parts, each result's after a line naming its tool; otherwise they are not
+    shown and every message is text, as a text-only model needs."""
     results = observation.tool_results
     text = observation.text if restate or observation.update is None else observation.update
+    drawn = [r for r in results if r.images] if images else []
     if tool_role and results:
         messages: list[Message] = [
             {"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.content}
             for r in results
         ]
+        if drawn:
+            return [*messages, _with_images(text, drawn)]
         return [*messages, {"role": "user", "content": text}] if text else messages
     shown = [f"Tool result ({r.name}):\n{r.content}" for r in results]
-    return [{"role": "user", "content": "\n\n".join([*shown, text] if text else shown)}]
+    body = "\n\n".join([*shown, text] if text else shown)
+    if drawn:
+        return [_with_images(body, drawn)]
+    return [{"role": "user", "content": body}]
+
+
+def image_part(png: bytes) -> dict[str, Any]:
+    """A PNG as an OpenAI image content part (a base64 data URL)."""
+    url = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _with_images(text: str, drawn: Sequence[ToolResult]) -> Message:
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    for r in drawn:
+        label = f"Image from {r.name}:" if len(r.images) == 1 else (
+            f"{len(r.images)} images from {r.name}:")  # fmt: skip
+        parts.append({"type": "text", "text": label})
+        parts.extend(image_part(png) for png in r.images)
+    return {"role": "user", "content": parts}
+
+
+def message_text(message: Message) -> str:
+    """A message's text: its content, or the text parts of its content parts, one a line."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content
+                         if isinstance(part, dict) and part.get("type") == "text")  # fmt: skip
+    return str(content)
 
 
 def openai_tool_calls(action: Action) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@
     query(run_dir, "SELECT domain, avg(reward) FROM trajectories GROUP BY 1")
 
     schema    the explicit Arrow schema of a shard and the conversion to and from records
-    files     the on-disk layout, the manifest, finding complete shards
+    files     the on-disk layout, the manifest, finding complete shards, the turns' images
     writer    TrajectoryWriter: buffered, atomic shards, resumable
     query     reading back: records, SQL views `trajectories` and `turns`, terminal formatting
     rescore   re-scores kept beside the trajectories (RUN/rescores/STAMP/): rows, files, summary
@@ -16,7 +16,7 @@ here: replaying trajectories to re-score them (`honing.rollout.replay`, `honing.
 """
 
 from honing.records import Ending, Group, Retry, Trajectory, Turn
-from honing.store.files import Manifest, Shard, complete_shards, rewind
+from honing.store.files import Manifest, Shard, complete_shards, read_image, rewind
 from honing.store.query import (
     Column,
     QueryResult,
@@ -55,6 +55,7 @@ __all__ = [
     "format_views",
     "iter_trajectories",
     "query",
+    "read_image",
     "read_trajectories",
     "rewind",
     "rich_table",

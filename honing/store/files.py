@@ -3,6 +3,7 @@
     RUN/store.json                        the manifest: schema version, shards with row counts
     RUN/trajectories/part-00000.parquet   the shards, numbered in the order they were written
     RUN/trajectories/.part-00001.parquet.<pid>.tmp   a shard being written (never read)
+    RUN/trajectories/images/ID/T-K-HASH.png  image K of trajectory ID's turn T (`Turn.images`)
 
 The shards are the truth and the manifest a summary of them; a killed writer leaves complete
 shards only, and `rewind(run_dir, rows)` cuts the store back to a shard boundary (docs/rollout.md,
@@ -12,21 +13,29 @@ writing them (`honing.store.writer`).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from honing.errors import StoreError
+from honing.records import Trajectory
 from honing.store.schema import SCHEMA_VERSION
 
 MANIFEST = "store.json"
 SHARDS = "trajectories"
+IMAGES = "images"  # under SHARDS: one folder per trajectory
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _SHARD_NAME = re.compile(r"part-(\d{5,})\.parquet")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
 
 
 class _Record(BaseModel):
@@ -197,10 +206,10 @@ def pid_alive(pid: int) -> bool:
 
 
 def rewind(run_dir: Path, rows: int) -> int:
-    """Cut the store back to its first `rows` rows by deleting the shards written after them (a
-    resumed run regenerates them); the number of shards deleted. `rows` must fall on a shard
-    boundary (the trainer flushes one shard per step); otherwise `StoreError`. Call it with no
-    writer open."""
+    """Cut the store back to its first `rows` rows by deleting the shards written after them and
+    their trajectories' images (a resumed run regenerates them); the number of shards deleted.
+    `rows` must fall on a shard boundary (the trainer flushes one shard per step); otherwise
+    `StoreError`. Call it with no writer open."""
     shards = scan_shards(run_dir)
     kept, total = 0, 0
     while kept < len(shards) and total + shards[kept].rows <= rows:
@@ -215,10 +224,98 @@ def rewind(run_dir: Path, rows: int) -> int:
     if kept == len(shards):
         return 0
     manifest = read_manifest(run_dir)
+    images = run_dir / SHARDS / IMAGES
+    dropped: set[str] = set()
+    if images.is_dir():  # the folders of the trajectories dropped (and of no kept one)
+        dropped = {image_folder(i) for i in _trajectory_ids(shards[kept:])}
+        dropped -= {image_folder(i) for i in _trajectory_ids(shards[:kept])}
     for shard in shards[kept:]:
         shard.path.unlink()
     sync_dir(run_dir / SHARDS)
+    for folder in sorted(dropped):
+        shutil.rmtree(images / folder, ignore_errors=True)
     created = manifest.created_at if manifest else None
     payload = manifest_of(shards[:kept], run_dir, created).model_dump_json(indent=2)
     write_atomically(run_dir / MANIFEST, payload.encode())
     return len(shards) - kept
+
+
+# -- images ------------------------------------------------------------------------------------
+def image_folder(trajectory_id: str) -> str:
+    """The folder of a trajectory's images: its id when that is a plain file name, else a hash
+    of it (an empty id, a slash, a leading dot)."""
+    if _SAFE_NAME.fullmatch(trajectory_id):
+        return trajectory_id
+    return "h-" + hashlib.sha256(trajectory_id.encode()).hexdigest()[:16]
+
+
+def place_images(trajectory: Trajectory) -> list[tuple[str, bytes]]:
+    """Name the files of the images the trajectory's turns hold (`Turn.image_data`), set each
+    such turn's `images` to them (paths relative to the run directory), and return the
+    (path, bytes) to write. A name ends with a hash of the content: the same image under the
+    same name is the same file."""
+    folder = f"{SHARDS}/{IMAGES}/{image_folder(trajectory.id)}"
+    files = []
+    for index, turn in enumerate(trajectory.turns):
+        if not turn.image_data:
+            continue
+        names = []
+        for k, data in enumerate(turn.image_data):
+            digest = hashlib.sha256(data).hexdigest()[:12]
+            names.append(f"{folder}/{index}-{k}-{digest}.png")
+            files.append((names[-1], data))
+        turn.images = names
+    return files
+
+
+def write_images(run_dir: Path, files: list[tuple[str, bytes]]) -> None:
+    """Write `files` (from `place_images`) atomically; one already there is kept as it is."""
+    folders = set()
+    for name, data in files:
+        path = run_dir / name
+        if path.is_file():
+            continue
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise StoreError(f"{path}: cannot write the image ({exc})") from exc
+        folders.add(path.parent)
+    for folder in folders:
+        sync_dir(folder)
+    if folders:
+        sync_dir(run_dir / SHARDS / IMAGES)
+
+
+def read_image(run_dir: Path | str, name: str) -> bytes:
+    """The PNG a turn's `images` names, read from `run_dir`; `StoreError` when the name points
+    outside the store's images, the file is missing, or it is not a PNG."""
+    root = (Path(run_dir) / SHARDS / IMAGES).resolve()
+    path = (Path(run_dir) / name).resolve()
+    if not path.is_relative_to(root):
+        raise StoreError(f"{name}: not an image of the store {run_dir}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the image ({exc})") from exc
+    if not data.startswith(PNG_MAGIC):
+        raise StoreError(f"{path}: not a PNG image")
+    return data
+
+
+def _trajectory_ids(shards: list[Shard]) -> set[str]:
+    """The ids in `shards` (a shard that cannot be read adds none)."""
+    ids: set[str] = set()
+    for shard in shards:
+        with contextlib.suppress(OSError, pa.ArrowException):
+            ids.update(
+                str(i) for i in pq.read_table(shard.path, columns=["id"]).column("id").to_pylist()
+            )
+    return ids

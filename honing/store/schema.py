@@ -39,6 +39,7 @@ TURN = pa.struct(
         ("detail", pa.string()),
         ("step_s", pa.float64()),
         ("tool_s", _FLOAT_MAP),
+        ("images", pa.list_(pa.string())),  # PNG files, relative to the store's directory
     ]
 )
 
@@ -198,6 +199,7 @@ def _turn_row(u: Turn) -> dict[str, Any]:
         "detail": u.detail,
         "step_s": u.step_s,
         "tool_s": u.tool_s,
+        "images": u.images,
     }
 
 
@@ -258,4 +260,5 @@ def _turn(row: dict[str, Any]) -> Turn:
         detail=row["detail"],
         step_s=row["step_s"],
         tool_s=dict(row["tool_s"]),
+        images=list(row.get("images") or []),  # absent from shards written before images
     )

@@ -5,10 +5,11 @@
             await writer.add_group(group)
     writer.offset                       # rows durably written (the trainer resumes from it)
 
-Covered: converting each trajectory at `add` (a value that cannot be stored fails there),
-backpressure and timed flushes, shards written in a worker thread and renamed into place, resume
-into a directory that holds shards, and one writer per run directory (an advisory `flock`);
-docs/rollout.md, "The store in detail". Not covered here: reading (`honing.store.query`).
+Covered: converting each trajectory at `add` (a value that cannot be stored fails there), its
+turns' images as files beside the shards, backpressure and timed flushes, shards written in a
+worker thread and renamed into place, resume into a directory that holds shards, and one writer
+per run directory (an advisory `flock`); docs/rollout.md, "The store in detail". Not covered
+here: reading (`honing.store.query`).
 """
 
 from __future__ import annotations
@@ -30,16 +31,19 @@ import pyarrow.parquet as pq
 from honing.errors import StoreError
 from honing.records import Group, Trajectory
 from honing.store.files import (
+    IMAGES,
     MANIFEST,
     SHARDS,
     Manifest,
     Shard,
     manifest_of,
+    place_images,
     read_manifest,
     scan_shards,
     shard_name,
     sync_dir,
     write_atomically,
+    write_images,
 )
 from honing.store.schema import rows_to_table, to_row
 
@@ -145,9 +149,14 @@ class TrajectoryWriter:
 
     # -- adding ------------------------------------------------------------------------------
     async def add(self, trajectory: Trajectory) -> None:
-        """Buffer one trajectory; write a shard when the buffer is full."""
+        """Buffer one trajectory; write a shard when the buffer is full. The images its turns
+        hold (`Turn.image_data`) are written as files first, and each such turn's `images` set to
+        their paths (relative to the run directory), in the record itself."""
         self._check_open()
+        images = place_images(trajectory)
         row = rows_to_table([to_row(trajectory)])  # fails here, naming it, if it cannot be stored
+        if images:  # on disk before any shard that names them
+            await asyncio.to_thread(write_images, self.run_dir, images)
         if not self._buffer:
             self._buffered_since = asyncio.get_running_loop().time()
         self._buffer.append(row)
@@ -255,8 +264,8 @@ class TrajectoryWriter:
 
     def _recover(self) -> None:
         """Resume after whatever happened to the previous writer (we hold the lock)."""
-        for directory in (self.run_dir / SHARDS, self.run_dir):
-            for path in directory.glob(".*.tmp"):
+        for pattern in (f"{SHARDS}/.*.tmp", ".*.tmp", f"{SHARDS}/{IMAGES}/*/.*.tmp"):
+            for path in self.run_dir.glob(pattern):
                 path.unlink(missing_ok=True)  # a write that never completed
         manifest = read_manifest(self.run_dir)
         self._shards = scan_shards(self.run_dir)

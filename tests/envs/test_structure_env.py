@@ -102,3 +102,22 @@ def test_honing_eval_reference_solves_every_example_and_noop_none() -> None:
     none = honing_eval("noop")["end_to_end"]
     assert isinstance(none, dict)
     assert (none["passed"], none["total"], none["infra_failed"]) == (0, 7, 0)
+
+
+async def test_render_returns_its_png_as_the_tool_results_image(pool: SandboxPool) -> None:
+    """The image of `render` travels in the tool result (JSON as base64); no other tool draws."""
+    from honing.envs.base import StepResult
+
+    env = make_env("structure", pool, EnvConfig(max_steps=8))
+    await env.reset(bracket())
+    built = await env.step(call("build", scene={"objects": [{"type": "box", "size": [4, 3, 2]}]}))
+    assert built.observation.tool_results[0].images == []
+    shown = await env.step(call("render", view="iso"))
+    [result] = shown.observation.tool_results
+    assert isinstance(env, StructureEnv) and result.images == [env.last_render]
+    assert result.images[0].startswith(b"\x89PNG\r\n\x1a\n")
+    assert "images" not in repr(result)  # bytes stay out of logs
+    assert StepResult.model_validate_json(shown.model_dump_json()) == shown
+    assert isinstance(shown.model_dump(mode="json")["observation"]["tool_results"][0]["images"][0],
+                      str)  # fmt: skip
+    await env.close()

@@ -4,7 +4,8 @@ failures on demand, for the OpenAI engine's tests.
 Tokenisation is one token per character (`id = ord(c)`), and a completion that ends naturally
 ends with EOS_ID, as vLLM's `token_ids` do. `plan[path]` is a queue of behaviours for the next
 requests to that path: "ok", "hang", "drop" (close the connection), "empty" (no choices) or an
-HTTP status ("503").
+HTTP status ("503"). Every request is kept in `state.seen`; `chat_messages()` gives the messages
+of each chat request (content parts as sent: text and image_url parts).
 """
 
 from __future__ import annotations
@@ -114,6 +115,12 @@ class FakeOpenAIServer:
             target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
 
+    def chat_messages(self) -> list[list[dict[str, Any]]]:
+        """The messages of each chat completion request received, in order."""
+        with self.state.lock:
+            seen = list(self.state.seen)
+        return [s.body["messages"] for s in seen if s.path == "/v1/chat/completions"]
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
@@ -175,12 +182,12 @@ def chat_reply(state: ServerState, body: dict[str, Any]) -> dict[str, Any]:
             finish = "tool_calls"
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
     if body.get("logprobs"):
-        content = [
+        content: list[dict[str, Any]] = [
             {"token": _token(state, t), "logprob": _logprob(i), "bytes": None, "top_logprobs": []}
             for i, t in enumerate(ids)
         ]
         choice["logprobs"] = {"content": content}
-    prompt_ids = [ord(c) for m in body["messages"] for c in str(m.get("content") or "")]
+    prompt_ids = [i for m in body["messages"] for i in _content_ids(m.get("content"))]
     reply: dict[str, Any] = {
         "id": "chatcmpl-1",
         "object": "chat.completion",
@@ -197,6 +204,19 @@ def chat_reply(state: ServerState, body: dict[str, Any]) -> dict[str, Any]:
         choice["token_ids"] = ids
         reply["prompt_token_ids"] = prompt_ids
     return reply
+
+
+def _content_ids(content: Any) -> list[int]:
+    """A message's prompt tokens: one per character of its text, one per image part."""
+    if isinstance(content, list):  # content parts
+        ids: list[int] = []
+        for part in content:
+            if part.get("type") == "text":
+                ids += [ord(c) for c in part.get("text", "")]
+            else:
+                ids.append(0)
+        return ids
+    return [ord(c) for c in str(content or "")]
 
 
 def completion_reply(state: ServerState, body: dict[str, Any]) -> dict[str, Any]:

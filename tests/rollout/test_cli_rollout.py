@@ -121,3 +121,12 @@ def test_unknown_backend_is_refused() -> None:
                   "--backend", "slurm")  # fmt: skip
     assert proc.returncode == 2
     assert "allowed: local, ray" in proc.stderr
+
+
+def test_images_need_a_chat_engine_serving_a_vision_model(tiny_model_dir: Path) -> None:
+    proc = honing("rollout", "--tasks", "examples-structure", "--model", str(tiny_model_dir),
+                  "--out", "unused", "--images")  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "--images" in proc.stderr and "openai:URL" in proc.stderr
+    proc = honing("eval", "--tasks", "examples-structure", "--policy", "reference", "--images")
+    assert proc.returncode == 2 and "model policies" in proc.stderr, proc.stderr

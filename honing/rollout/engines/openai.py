@@ -4,10 +4,11 @@
     [gen] = await engine.generate([Prompt(messages=msgs, tools=tools)], SamplingParams())
     await engine.update_weights(WeightUpdate(version=3, path="/ckpt/v3", adapter=True))
 
-Covered: chat prompts (`/v1/chat/completions`, the server's tool parser) and token prompts
-(`/v1/completions` with token-id prompts), the token ids a server returns (token-faithful
-training against a remote server needs them), retries with backoff on connection errors, 408,
-409, 429 and 5xx, and the weight reload contract (`/reload_weights`, vLLM's LoRA hot-load).
+Covered: chat prompts (`/v1/chat/completions`, the server's tool parser; messages go as they
+are, so image content parts reach a vision model) and token prompts (`/v1/completions` with
+token-id prompts), the token ids a server returns (token-faithful training against a remote
+server needs them), retries with backoff on connection errors, 408, 409, 429 and 5xx, and the
+weight reload contract (`/reload_weights`, vLLM's LoRA hot-load).
 docs/rollout.md ("The modules in detail") gives the request bodies and the rules.
 Not covered: streaming, n > 1 per request, prompt logprobs, SGLang's native `/generate` API.
 """
