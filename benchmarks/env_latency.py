@@ -9,6 +9,7 @@ kernel's runtime is built first if it is missing, outside the measurement):
     structure/render   `render` (256 x 256, the iso view) of a task's reference model
     structure/check    `build` of the reference scene: CSG, volume, bodies, holes, watertight
     structure/submit   `submit`: the comparison with the target (exact IoU, image similarity)
+    finance/query      `query` of a SELECT over one of the documents' tables (DuckDB, sandbox)
     sql/query          `query` of a SELECT over the task's tables (DuckDB in the sandbox)
 
 Calls run one at a time (latency, not throughput), `--rounds` each over the domain's synthetic
@@ -32,7 +33,7 @@ from honing.envs.registry import make_env
 from honing.sandbox import SandboxPool
 from honing.tasks import load_tasks
 
-GOALS = {"structure/render": 1500, "structure/check": 100, "sql/query": 50}
+GOALS = {"structure/render": 1500, "structure/check": 100, "finance/query": 50}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -81,11 +82,30 @@ async def sql(pool: SandboxPool, rounds: int) -> dict[str, list[float]]:
     return out
 
 
+async def finance(pool: SandboxPool, rounds: int) -> dict[str, list[float]]:
+    from honing.tasks.finance.docs import parse_documents
+
+    tasks = load_tasks("synthetic-finance").tasks
+    out: dict[str, list[float]] = {"finance/query": []}
+    for i in range(rounds):
+        task = tasks[i % len(tasks)]
+        documents = parse_documents(task.documents)  # type: ignore[attr-defined]
+        table = next(t for d in documents.values() for t in d.tables)
+        env = make_env("finance", pool, EnvConfig(max_steps=10))
+        await env.reset(task)
+        query = call("query", sql=f"SELECT * FROM {table.name} LIMIT 5")
+        out["finance/query"].append(await timed(env, query))
+        await env.close()
+    return out
+
+
 async def main(rounds: int) -> None:
     async with SandboxPool(SandboxConfig()) as pool:
         await structure(pool, 2)  # warm-up: cells, the kernel's sibling pool, DuckDB's
         await sql(pool, 2)
-        found = {**await structure(pool, rounds), **await sql(pool, rounds)}
+        await finance(pool, 2)
+        found = {**await structure(pool, rounds), **await finance(pool, rounds),
+                 **await sql(pool, rounds)}  # fmt: skip
     for name, values in found.items():
         p50, p99 = statistics.median(values), percentile(values, 0.99)
         goal = GOALS.get(name)

@@ -57,7 +57,7 @@ TOOLS = [
 ]  # fmt: skip
 
 # A failed run that is not the model's doing is infrastructure; the rest are its query's.
-_RUN_FAILURE = {
+RUN_FAILURE = {
     RunProblem.SANDBOX: FailureReason.SANDBOX_ERROR,
     RunProblem.HARNESS: FailureReason.VERIFIER_CRASH,
     RunProblem.HOST: FailureReason.VERIFIER_CRASH,
@@ -258,5 +258,5 @@ def _run_failed(run: SqlRun) -> CallOutcome:
         text = f"the task's tables do not load: {run.detail}"
     else:
         text = f"[{run.problem.value}] {run.detail}"
-    return CallOutcome(False, text, failure=_RUN_FAILURE[run.problem], seconds=run.wall_s,
+    return CallOutcome(False, text, failure=RUN_FAILURE[run.problem], seconds=run.wall_s,
                        log=text)  # fmt: skip

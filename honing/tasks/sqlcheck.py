@@ -41,8 +41,10 @@ FLOAT_REL = 1e-9  # "equal up to float rounding"
 FLOAT_ABS = 1e-12
 TABLE_SUFFIXES = (".csv", ".csv.gz", ".parquet")
 
-# The sandboxed program. The model's SQL is data here: it reaches DuckDB, never Python.
-HARNESS = r"""
+# The sandboxed programs' common part: one query run, its result as plain JSON values (the sql
+# harness below, and the finance domain's). The model's SQL is data here: it reaches DuckDB,
+# never Python.
+QUERY_RUNNER = r"""
 import json, os, sys
 
 CELL_CHARS = 1000
@@ -77,7 +79,12 @@ def run(con, duckdb, sql, spec):
                 "row_count": min(count, cap), "capped": capped}
     except Exception as e:  # a SQL error, or a value DuckDB cannot hand to Python
         return {"sql": sql, "error": (str(e).strip() or type(e).__name__)[:2000]}
+"""
 
+# The sql domain's sandboxed program: load the task's tables, run the queries.
+HARNESS = (
+    QUERY_RUNNER
+    + r"""
 
 def tables(con):
     found = con.execute(
@@ -131,6 +138,7 @@ def main():
 
 print("\n" + json.dumps(main(), default=str))
 """
+)
 
 
 # -- tables --------------------------------------------------------------------------------

@@ -1,13 +1,10 @@
 """The structure domain end to end: the environment's tools and rewards on the real kernel in the
-sandbox, the quality filter quarantining a planted bad reference, and `honing eval` solving the
-examples with the reference policy and none with noop."""
+sandbox, the render's image in the tool result, and the quality filter quarantining a planted
+bad reference (`honing eval` on its examples: tests/domains/test_new_domains_cli.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 from honing.envs import Action, EnvConfig, FailureReason, ToolCall
 from honing.envs.registry import make_env
@@ -81,27 +78,6 @@ async def test_the_quality_filter_quarantines_a_planted_bad_reference(pool: Sand
     assert [q.task_id for q in found.failed] == [planted.id]
     assert "holes" in found.failed[0].reason
     assert len(found.passed) == 5 and found.unverified == []
-
-
-def honing_eval(policy: str) -> dict[str, object]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "honing", "eval", "--tasks", "examples-structure", "--policy",
-         policy, "--json"],
-        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2],
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(out["by_domain"]) == {"structure"}
-    return out
-
-
-def test_honing_eval_reference_solves_every_example_and_noop_none() -> None:
-    solved = honing_eval("reference")["end_to_end"]
-    assert isinstance(solved, dict)
-    assert (solved["passed"], solved["total"], solved["infra_failed"]) == (7, 7, 0)
-    none = honing_eval("noop")["end_to_end"]
-    assert isinstance(none, dict)
-    assert (none["passed"], none["total"], none["infra_failed"]) == (0, 7, 0)
 
 
 async def test_render_returns_its_png_as_the_tool_results_image(pool: SandboxPool) -> None:

@@ -1,0 +1,30 @@
+"""The `finance` domain: multi-document financial analysis. Answer a question about a company's
+annual report, quarterly CSV and press release (compute a figure, find the wrong figures, check
+the release's claims), citing every figure used; judged by rules, never by a model.
+
+Tasks: `honing.tasks.finance.task.FinanceTask`; environment: `honing.envs.finance.FinanceEnv`
+(DuckDB queries in the sandbox's DuckDB sibling pool, an exact calculator). References are played
+through the environment (`play_references`); generator `finance`; built-in set
+`examples-finance`. docs/envs.md describes the domain.
+"""
+
+from __future__ import annotations
+
+from honing.domains.base import play_references
+from honing.envs.finance import FinanceEnv
+from honing.tasks.builtin import EXAMPLES_DIR
+from honing.tasks.domains import Domain, register
+from honing.tasks.finance.generate import generate_finance_tasks
+from honing.tasks.finance.task import FinanceTask
+
+DOMAIN = register(
+    Domain(
+        name="finance",
+        task=FinanceTask,
+        env=FinanceEnv,
+        check=play_references(FinanceEnv),
+        generators={"finance": generate_finance_tasks},
+        examples=EXAMPLES_DIR / "finance_examples.jsonl",
+        description="multi-document financial analysis with cited, traceable answers",
+    )
+)

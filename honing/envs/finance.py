@@ -1,0 +1,440 @@
+"""The finance domain: answer a question about a company's documents, citing every figure used.
+
+Covered: the tools `list_documents`, `read` (numbered lines, by page or section), `query`
+(DuckDB over every pipe table and CSV of the documents, in the sandbox's DuckDB sibling pool, on
+a fresh copy of the tables each time), `calculator` (exact, in the sandbox: the math domain's)
+and `answer` (a value or items, citations, a calculation; ends the episode; a reply whose
+```json block holds its arguments counts as one); the reward components outcome, cited_ok,
+checked (the cited figures were read or queried before the answer), well_formed, and query_ok /
+tool_ok per step. The judge (`honing.tasks.finance.judge`) reads the documents themselves, never
+the model's database. A sandbox or DuckDB failure is an infrastructure failure
+(`sandbox_error`, `verifier_crash`), never a reward of 0. docs/envs.md describes the domain.
+Not covered: the judge's rules themselves (`honing.tasks.finance`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from honing.envs.base import (
+    Action,
+    CallOutcome,
+    EnvConfig,
+    Environment,
+    FailureReason,
+    StepOutput,
+    ToolCall,
+    malformed,
+    tool_schema,
+    untrusted_json,
+)
+from honing.envs.math import calculate
+from honing.envs.sql import RUN_FAILURE
+from honing.errors import HoningError, RuntimeBuildError, SandboxError
+from honing.sandbox import SandboxPool
+from honing.tasks.finance.cite import trace
+from honing.tasks.finance.docs import Document, create_sql, key, parse_documents
+from honing.tasks.finance.judge import judge, parse_submission
+from honing.tasks.finance.query import query_request
+from honing.tasks.finance.task import FinanceTask
+from honing.tasks.load import AnyTask
+from honing.tasks.sqlcheck import RunProblem, SqlRun, duckdb_pool, parse_run
+
+PAGE_SIZE = 40  # lines of a page, unless `read` asks for another size
+PAGE_SIZES = (5, 200)
+MAX_CHARS = 8000  # of one tool result shown to the model
+MAX_SQL_CHARS = 20_000
+ACCEPTED = {"value": "the value, its citations and its calculation",
+            "items": "the items and their citations"}  # fmt: skip
+JSON_BLOCK = re.compile(r"```(?:json)?\s*\n(\{.*?\})\s*```", re.S)
+
+CITATION = {
+    "type": "object",
+    "properties": {
+        "document": {"type": "string"},
+        "table": {"type": "string", "description": "a table's SQL name (list_documents)"},
+        "row": {"type": "string", "description": "the row's key: its first cell"},
+        "column": {"type": "string", "description": "the column's header or SQL name"},
+        "line": {"type": "integer", "description": "a line number (instead of a cell)"},
+        "value": {"type": "string", "description": "the value there, as written"},
+    },
+    "required": ["document", "value"],
+}
+TOOLS = [
+    tool_schema(
+        "list_documents",
+        "List the documents: lines, pages, sections, and the tables "
+        "extracted from them (SQL names, columns with types, row keys).",
+        {},
+        [],
+    ),
+    tool_schema(
+        "read",
+        f"Read a document with numbered lines, one page ({PAGE_SIZE} lines "
+        "unless page_size says otherwise) or one section at a time.",
+        {
+            "document": {"type": "string"},
+            "page": {"type": "integer"},
+            "section": {"type": "string", "description": "a heading, or its number"},
+            "page_size": {"type": "integer"},
+        },
+        ["document"],
+    ),
+    tool_schema(
+        "query",
+        "Run DuckDB SQL over the documents' tables (names from "
+        "list_documents); shows up to 20 rows. Each query runs on a fresh copy of the "
+        "tables: nothing it creates or changes lasts.",
+        {"sql": {"type": "string"}},
+        ["sql"],
+    ),
+    tool_schema(
+        "calculator",
+        "Evaluate an arithmetic expression exactly, e.g. (46310 - 41020) / 41020 * 100.",
+        {"expression": {"type": "string"}},
+        ["expression"],
+    ),
+    tool_schema(
+        "answer",
+        "Submit the final answer; ends the episode. Give `value` (one number) "
+        "or `items` (names as the question lists them), as the question asks; "
+        "`citations`: every figure used, as a table cell {document, table, row, column, "
+        "value} or a line {document, line, value}; for a value, `calculation`: arithmetic "
+        "over the cited values named c1, c2, … in citation order, e.g. (c2 - c1) / c1 * "
+        "100.",
+        {
+            "value": {"type": "string"},
+            "items": {"type": "array", "items": {"type": "string"}},
+            "citations": {"type": "array", "items": CITATION},
+            "calculation": {"type": "string"},
+        },
+        ["citations"],
+    ),
+]
+
+
+class FinanceEnv(Environment):
+    domain = "finance"
+
+    def __init__(self, pool: SandboxPool, config: EnvConfig | None = None) -> None:
+        super().__init__(pool, config)
+        self.sql_pool: SandboxPool | None = None
+        self.documents: dict[str, Document] = {}
+        self._seen: set[tuple[str, int]] = set()  # (document, line) shown by `read`
+        self._queried: set[str] = set()  # tables named by a query that ran
+        self._summaries: list[str] = []  # of the current step's calls, for the task state
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return TOOLS
+
+    async def _reset(self, task: AnyTask) -> None:
+        assert isinstance(task, FinanceTask) and self.state is not None
+        self.documents = parse_documents(task.documents)
+        self._seen, self._queried = set(), set()
+        shape = (
+            "a `value` (one number) with its `calculation` over the cited values (c1, c2, "
+            "… in citation order)"
+            if task.kind == "value"
+            else "the `items`, named as the question lists them"
+        )
+        self.state.constraints = [
+            f"Documents: {', '.join(task.documents)} (list_documents shows their tables).",
+            "Cite every figure you use: a table cell {document, table, row, column, value} or a "
+            "line {document, line, value}; a citation must state what is there.",
+            f"Finish with answer(...): {shape}, and the citations.",
+        ]
+        self.state.next_steps = ["list_documents", "read or query the documents", "answer"]
+
+    def reference_actions(self, task: AnyTask) -> list[Action]:
+        """Read the pages holding the expected citations, then answer with the reference."""
+        assert isinstance(task, FinanceTask)
+        if task.reference is None:
+            raise HoningError(f"task {task.id} has no reference")
+        try:
+            arguments = json.loads(task.reference)
+        except json.JSONDecodeError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            arguments = {"reference": task.reference}  # malformed: the episode does not end
+        documents = parse_documents(task.documents)
+        pages: dict[tuple[str, int], None] = {}
+        for citation in task.expected_citations:
+            line = trace(documents, citation).line
+            if line is not None:
+                pages[(citation.document, (line - 1) // PAGE_SIZE + 1)] = None
+        reads = [
+            ToolCall(id=f"ref-read-{i}", name="read", arguments={"document": d, "page": p})
+            for i, (d, p) in enumerate(pages)
+        ]
+        answer = ToolCall(id="ref-answer", name="answer", arguments=arguments)
+        return ([Action(tool_calls=reads)] if reads else []) + [Action(tool_calls=[answer])]
+
+    async def _save(self) -> Any:
+        return frozenset(self._seen), frozenset(self._queried)
+
+    async def _restore(self, saved: Any) -> None:
+        seen, queried = saved
+        self._seen, self._queried = set(seen), set(queried)
+
+    async def _step(self, action: Action) -> StepOutput:
+        calls = list(action.tool_calls) or _inline_answer(action.content)
+        if not calls:
+            return malformed(
+                "no tool call: use list_documents, read, query, calculator or answer (or reply "
+                "with the answer's arguments as a ```json block)"
+            )
+        self._summaries = []
+        components, results, info = await self.run_calls(calls, self._call)
+        assert self.state is not None
+        self.state.actions.append("; ".join(self._summaries))
+        if not self.done:
+            self.state.next_steps = ["read or query further, then answer with citations"]
+        return components, results, info
+
+    async def _call(self, call: ToolCall) -> CallOutcome:
+        outcome, summary = await self._dispatch(call)
+        self._summaries.append(summary)
+        return outcome
+
+    async def _dispatch(self, call: ToolCall) -> tuple[CallOutcome, str]:
+        args = call.arguments
+        if call.name == "list_documents":
+            return CallOutcome(True, self._listing()), "list_documents"
+        if call.name == "read":
+            return self._read(args)
+        if call.name == "query":
+            sql = args.get("sql")
+            if not isinstance(sql, str) or not sql.strip() or len(sql) > MAX_SQL_CHARS:
+                return _malformed(
+                    f"query: 'sql' must be a non-empty string of at most {MAX_SQL_CHARS} characters"
+                ), "query (malformed)"
+            return await self._query(sql)
+        if call.name == "calculator":
+            try:
+                outcome = await calculate(self.pool, args.get("expression"))
+            except SandboxError as exc:
+                outcome = CallOutcome(False, f"calculator: {exc}", FailureReason.SANDBOX_ERROR)
+            return outcome, f"calculator: {outcome.text.splitlines()[0][:60]}"
+        if call.name == "answer":
+            return self._answer(args)
+        known = ", ".join(t["function"]["name"] for t in TOOLS)
+        unknown = CallOutcome(
+            False, f"unknown tool {call.name!r}; available: {known}", FailureReason.UNKNOWN_TOOL
+        )
+        return unknown, f"{call.name} (unknown)"
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _listing(self) -> str:
+        out = []
+        for doc in self.documents.values():
+            pages = math.ceil(len(doc.lines) / PAGE_SIZE)
+            out.append(
+                f"{doc.name} ({doc.kind}, {len(doc.lines)} lines, {pages} page(s) of "
+                f"{PAGE_SIZE} lines)"
+            )
+            if doc.sections:
+                heads = ", ".join(
+                    f"{i} {title} (line {first})"
+                    for i, (title, first, _) in enumerate(doc.sections, 1)
+                )
+                out.append(f"  sections: {heads}")
+            out += [f"  {table.describe()}" for table in doc.tables]
+        return _clip("\n".join(out))
+
+    def _read(self, args: dict[str, Any]) -> tuple[CallOutcome, str]:
+        name, section = args.get("document"), args.get("section")
+        page, size = (_whole(args.get("page", 1)), _whole(args.get("page_size", PAGE_SIZE)))
+        low, high = PAGE_SIZES
+        if not isinstance(name, str):
+            return _malformed("read: 'document' must be a string"), "read (malformed)"
+        for label, value, least, most in (("page", page, 1, 10**6), ("page_size", size, low, high)):
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+                return _malformed(
+                    f"read: '{label}' must be a whole number from {least} to {most}"
+                ), "read (malformed)"
+        if section is not None and (
+            isinstance(section, bool) or not isinstance(section, str | int)
+        ):
+            return _malformed("read: 'section' must be a heading or its number"), "read (malformed)"
+        doc = self.documents.get(name)
+        if doc is None:
+            return _tool_error(
+                f"read: no document {name!r}; documents: {', '.join(self.documents)}"
+            ), f"read {name!r} (none)"
+        first, last, where = 1, len(doc.lines), ""
+        if section is not None:
+            found = _section(doc, str(section))
+            if found is None:
+                titles = "; ".join(f"{i} {t}" for i, (t, _, _) in enumerate(doc.sections, 1))
+                return _tool_error(
+                    f"read: no section {section!r} in {name}; sections: {titles or 'none'}"
+                ), f"read {name} (no section)"
+            title, first, last = found
+            where = f", section '{title}'"
+        pages = max(1, math.ceil((last - first + 1) / size))
+        if page > pages:
+            return _tool_error(f"read: {name}{where} has {pages} page(s) of {size} lines"), (
+                f"read {name} p{page} (past the end)"
+            )
+        start = first + (page - 1) * size
+        end = min(last, start + size - 1)
+        header = (
+            f"{name}{where}: lines {start}-{end} of {len(doc.lines)} (page {page} of "
+            f"{pages}, {size} lines a page)"
+        )
+        body, chars = [], len(header)
+        for number in range(start, end + 1):
+            line = f"{number:>4}| {doc.lines[number - 1]}"
+            if chars + len(line) + 1 > MAX_CHARS:
+                body.append(f"… (cut at line {number}: read from there with a smaller page_size)")
+                break
+            body.append(line)
+            chars += len(line) + 1
+            self._seen.add((name, number))
+        return CallOutcome(True, "\n".join([header, *body])), f"read {name}{where} p{page}/{pages}"
+
+    # -- querying --------------------------------------------------------------------------
+
+    async def _query(self, sql: str) -> tuple[CallOutcome, str]:
+        what = f"query `{' '.join(sql.split())[:60]}`"
+        try:
+            if self.sql_pool is None:
+                self.sql_pool = await duckdb_pool(self.pool)
+            memory = max(64, self.sql_pool.config.memory_mb // 2)
+            ddl = create_sql(self.documents, self._named(sql) or None)
+            run = parse_run(await self.sql_pool.run(query_request(ddl, [sql], memory_mb=memory)))
+        except RuntimeBuildError as exc:
+            return CallOutcome(
+                False, f"no DuckDB sandbox: {exc}", FailureReason.VERIFIER_CRASH
+            ), f"{what} -> no DuckDB"
+        except SandboxError as exc:
+            return CallOutcome(
+                False, f"the sandbox failed: {exc}", FailureReason.SANDBOX_ERROR
+            ), f"{what} -> sandbox"
+        if run.problem is not None:
+            outcome = _run_failed(run)
+            if not run.problem.infrastructure and run.problem is not RunProblem.TABLES:
+                outcome.components = {"query_ok": 0.0}
+            return outcome, f"{what} -> {run.problem.value}"
+        (result,) = run.results
+        text = _clip(result.render())
+        if not result.ok:
+            return CallOutcome(
+                False, text, FailureReason.TOOL_ERROR, {"query_ok": 0.0}, run.wall_s, text
+            ), f"{what} -> error"
+        self._queried.update(self._named(sql))
+        return CallOutcome(True, text, None, {"query_ok": 1.0}, run.wall_s, text), (
+            f"{what} -> {result.row_count} rows"
+        )
+
+    def _named(self, sql: str) -> set[str]:
+        """The tables `sql` names (as whole words, in any case). A query that names none gets
+        every table (`SHOW TABLES`); one that does gets only those: each query builds its
+        database afresh, and fewer tables build faster."""
+        lowered = sql.casefold()
+        return {
+            table.name
+            for doc in self.documents.values()
+            for table in doc.tables
+            if re.search(rf"(?<!\w){re.escape(table.name.casefold())}(?!\w)", lowered)
+        }
+
+    # -- answering -------------------------------------------------------------------------
+
+    def _answer(self, args: dict[str, Any]) -> tuple[CallOutcome, str]:
+        task = self.task
+        assert isinstance(task, FinanceTask)
+        try:
+            submission = parse_submission(args)
+        except ValueError as exc:
+            return _malformed(f"answer: {exc}"), "answer (malformed)"
+        wanted, other = ("value", "items") if task.kind == "value" else ("items", "value")
+        if getattr(submission, wanted) is None or getattr(submission, other) is not None:
+            return _malformed(f"answer: this question asks for `{wanted}`, not `{other}`"), (
+                "answer (malformed)"
+            )
+        try:
+            verdict = judge(task, self.documents, submission)
+        except Exception as exc:  # the judge's own failure, never the answer's
+            detail = f"the answer could not be judged: {type(exc).__name__}: {exc}"
+            return CallOutcome(False, detail, FailureReason.VERIFIER_CRASH), "answer (not judged)"
+        self.done = True
+        components = {
+            "outcome": float(verdict.passed),
+            "cited_ok": verdict.cited_ok,
+            "checked": self._checked(task),
+        }
+        if verdict.passed:
+            what = ACCEPTED[task.kind]
+            accepted = CallOutcome(True, f"accepted: {what} hold", components=components)
+            return accepted, "answer -> accepted"
+        text = "not accepted: " + "; ".join(verdict.reasons)  # a wrong answer, with the reasons
+        rejected = CallOutcome(False, text, FailureReason.CHECKER_REJECTED, components, log=text)
+        return rejected, "answer -> not accepted"
+
+    def _checked(self, task: FinanceTask) -> float:
+        """1 when every expected figure was shown by a read, or its table named by a query that
+        ran, before the answer."""
+        for citation in task.expected_citations:
+            found = trace(self.documents, citation)
+            seen = (citation.document, found.line) in self._seen
+            if not seen and (found.table is None or found.table not in self._queried):
+                return 0.0
+        return 1.0
+
+
+def _inline_answer(content: str) -> list[ToolCall]:
+    """A reply without a tool call whose ```json block (or whole text) is an object with
+    `citations`: the answer's arguments."""
+    block = JSON_BLOCK.search(content)
+    try:
+        found = untrusted_json(block.group(1) if block else content.strip() or "null")
+    except ValueError:
+        return []
+    if not isinstance(found, dict) or "citations" not in found:
+        return []
+    return [ToolCall(id="inline-answer", name="answer", arguments=found)]
+
+
+def _section(doc: Document, wanted: str) -> tuple[str, int, int] | None:
+    """A section by its number or its heading (the key equal, else contained)."""
+    if wanted.strip().isdecimal() and len(wanted) <= 9:
+        number = int(wanted)
+        return doc.sections[number - 1] if 1 <= number <= len(doc.sections) else None
+    target = key(wanted)
+    exact = [s for s in doc.sections if key(s[0]) == target]
+    loose = [s for s in doc.sections if target and target in key(s[0])]
+    found = exact or loose
+    return found[0] if found else None
+
+
+def _whole(value: Any) -> Any:
+    """A page number as a model may write it: 2 or "2"."""
+    digits = isinstance(value, str) and value.strip().isdecimal() and len(value) <= 9
+    return int(value) if digits else value
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + "\n… (cut: too long)"
+
+
+def _malformed(message: str) -> CallOutcome:
+    return CallOutcome(False, message, FailureReason.MALFORMED_ACTION)
+
+
+def _tool_error(message: str) -> CallOutcome:
+    return CallOutcome(False, message, FailureReason.TOOL_ERROR)
+
+
+def _run_failed(run: SqlRun) -> CallOutcome:
+    assert run.problem is not None
+    if run.problem is RunProblem.TABLES:
+        text = f"the task's tables do not load: {run.detail}"
+    else:
+        text = f"[{run.problem.value}] {run.detail}"
+    return CallOutcome(False, text, RUN_FAILURE[run.problem], seconds=run.wall_s, log=text)
