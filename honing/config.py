@@ -74,6 +74,13 @@ class SandboxConfig(StrictModel):
         description="Modules each cell imports once at start (from its runtime), so executions "
         "find them warm instead of importing them every time.",
     )
+    warm: str = Field(
+        "",
+        description="Python each cell runs once at start, after the preloads: what it defines is "
+        "the module `honing_warm`, which executions may import (each gets its own copy at the "
+        "fork: no execution sees another's changes). For state that is slow to make, such as a "
+        "database instance.",
+    )
     timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit per execution.")
     cpu_s: float | None = Field(
         None, gt=0, description="CPU-time limit per process; default: wall-clock limit + 1 s."

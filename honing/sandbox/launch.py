@@ -69,6 +69,7 @@ class Launcher:
     tmp_mb: int
     runtime_dir: Path | None = None
     preload: tuple[str, ...] = ()  # modules the zygote imports once, so every job finds them warm
+    warm: str = ""  # code the zygote runs once after them: the module `honing_warm`
     compiled: Path | None = None  # the zygote's bytecode (`compile_zygote`); else its source runs
 
     def check(self) -> None:
@@ -124,7 +125,8 @@ class Launcher:
 
     def _spec(self, workspace: str, tmp: str, runtime: str | None, scratch: list[str]) -> str:
         return json.dumps({"workspace": workspace, "tmp": tmp, "runtime": runtime,
-                           "scratch": scratch, "preload": list(self.preload)})  # fmt: skip
+                           "scratch": scratch, "preload": list(self.preload),
+                           "warm": self.warm})  # fmt: skip
 
 
 def compile_zygote(directory: Path, isolation: str) -> Path:

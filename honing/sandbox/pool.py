@@ -199,7 +199,7 @@ class SandboxPool:
         self._counter = 0
         self._target = self.config.size  # cells kept: the last resize's n
         self._excess = 0  # busy cells to retire when their run ends (a shrink in progress)
-        self._siblings: dict[tuple[str, tuple[str, ...]], SandboxPool] = {}
+        self._siblings: dict[tuple[str, tuple[str, ...], str], SandboxPool] = {}
         self._sibling_lock = asyncio.Lock()
         # utilisation counters (`usage()`): finished runs, and the start of each running/waiting
         self._jobs = itertools.count()
@@ -242,7 +242,8 @@ class SandboxPool:
             raise SandboxError(f"a pool can be started once; this one is {self.state.value}")
         cfg = self.config
         runtime_dir = self._runtimes.resolve(cfg.runtime) if cfg.runtime else None
-        self._launcher = Launcher(cfg.isolation, cfg.tmp_mb, runtime_dir, tuple(cfg.preload))
+        self._launcher = Launcher(cfg.isolation, cfg.tmp_mb, runtime_dir, tuple(cfg.preload),
+                                  cfg.warm)  # fmt: skip
         self._launcher.check()
         if cfg.isolation == "none":
             warnings.warn(NO_ISOLATION_WARNING, stacklevel=2)
@@ -449,15 +450,18 @@ class SandboxPool:
             raise
         return cell
 
-    async def sibling(self, runtime: str, preload: list[str], size: int = 1) -> SandboxPool:
-        """A pool like this one but with another runtime (and warm modules), started on first
-        use, shared by every caller asking for the same, and closed with this pool. Environments
-        use it to run checkers that need packages (DuckDB, math-verify) beside plain programs."""
-        key = (runtime, tuple(preload))
+    async def sibling(
+        self, runtime: str, preload: list[str], size: int = 1, warm: str = ""
+    ) -> SandboxPool:
+        """A pool like this one but with another runtime (and warm modules, and `warm` code: see
+        `SandboxConfig.warm`), started on first use, shared by every caller asking for the same,
+        and closed with this pool. Environments use it to run checkers that need packages
+        (DuckDB, math-verify) beside plain programs."""
+        key = (runtime, tuple(preload), warm)
         async with self._sibling_lock:
             pool = self._siblings.get(key)
             if pool is None:
-                update = {"runtime": runtime, "preload": preload, "pool_size": size}
+                update = {"runtime": runtime, "preload": preload, "pool_size": size, "warm": warm}
                 pool = SandboxPool(self.config.model_copy(update=update), self._runtimes)
                 await pool.start()
                 self._siblings[key] = pool

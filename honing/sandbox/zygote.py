@@ -38,6 +38,7 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 READ_CHUNK = 65536
 GC_EVERY = 256
+WARM_MODULE = "honing_warm"  # what the pool's `warm` code defines, for jobs to import
 COMPILE_IN_PARENT_MAX = 256 * 1024  # characters
 
 # Imported once here so that forked jobs find them warm (HumanEval-style programs use these).
@@ -177,11 +178,13 @@ class Zygote:
         runtime_path: str | None,
         scratch: tuple[str, ...] = (),
         preload: tuple[str, ...] = (),
+        warm: str = "",
     ) -> None:
         self.workspace = workspace
         self.tmp = tmp
         self.scratch = (tmp, *scratch)  # emptied after every job
         self.preload = preload
+        self.warm = warm
         self.is_init = os.getpid() == 1
         if runtime_path:
             sys.path.insert(0, runtime_path)
@@ -206,6 +209,10 @@ class Zygote:
                 importlib.import_module(name)
         for name in self.preload:  # asked for by the pool: a failure here is the pool's error
             importlib.import_module(name)
+        if self.warm:  # the pool's own code (trusted): state jobs import as `honing_warm`
+            module = types.ModuleType(WARM_MODULE)
+            exec(compile(self.warm, f"<{WARM_MODULE}>", "exec"), module.__dict__)
+            sys.modules[WARM_MODULE] = module
         compile("pass", "<warm-up>", "exec")  # the first compile in a process is slow
         _warm_up_reporting()
         # The builtins site.main() adds, which python -S leaves out: exit(), quit(), help()…
@@ -847,7 +854,7 @@ def _unraisable(exc: BaseException, obj: object) -> None:
 
 
 def main(argv: list[str]) -> None:
-    """argv[1]: JSON {"workspace", "tmp", "runtime" (or null), "scratch", "preload"}."""
+    """argv[1]: JSON {"workspace", "tmp", "runtime" (or null), "scratch", "preload", "warm"}."""
     spec = json.loads(argv[1])
     Zygote(
         spec["workspace"],
@@ -855,6 +862,7 @@ def main(argv: list[str]) -> None:
         spec["runtime"],
         tuple(spec["scratch"]),
         tuple(spec["preload"]),
+        spec.get("warm", ""),
     ).serve()
 
 

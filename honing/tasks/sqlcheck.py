@@ -30,6 +30,13 @@ from honing.tasks.schema import AnswerRule, ReferenceVerdict, SqlTask
 RUNTIME = "honing-sql"
 DISTRIBUTIONS = ["duckdb"]
 PRELOAD = ["duckdb"]
+# Made once in each cell of the DuckDB sibling: an in-memory instance whose start (its catalog of
+# functions) every run would otherwise pay; each run gets its own copy at the fork.
+WARM = """
+import duckdb
+db = duckdb.connect(":memory:", config={"threads": 1})
+db.execute("SELECT 1").fetchall()
+"""
 TABLE_DIR = "tables"
 WORKSPACE_DB = "work.duckdb"
 MEMORY_DB = ":memory:"
@@ -48,6 +55,19 @@ QUERY_RUNNER = r"""
 import json, os, sys
 
 CELL_CHARS = 1000
+
+
+def memory_db(duckdb, memory):
+    # A fresh in-memory database: a connection to the cell's warm instance (WARM: made once in
+    # the cell before the fork, so this job holds its own copy, as empty as new), else a new
+    # instance, whose start costs tens of milliseconds.
+    try:
+        import honing_warm
+        con = honing_warm.db.cursor()
+    except (ImportError, AttributeError):
+        return duckdb.connect(":memory:", config={"threads": 1, "memory_limit": memory})
+    con.execute("SET memory_limit = '" + memory + "'")
+    return con
 
 
 def plain(value):
@@ -111,7 +131,10 @@ def main():
     import duckdb
     db = spec["db"]
     new = db == ":memory:" or not os.path.exists(db)
-    con = duckdb.connect(db, config={"threads": 1, "memory_limit": spec["memory"]})
+    if db == ":memory:":
+        con = memory_db(duckdb, spec["memory"])
+    else:
+        con = duckdb.connect(db, config={"threads": 1, "memory_limit": spec["memory"]})
     if new:
         for name, path in spec["tables"].items():
             reader = "read_parquet" if path.endswith(".parquet") else "read_csv_auto"
@@ -277,7 +300,7 @@ async def duckdb_pool(pool: SandboxPool) -> SandboxPool:
     if "duckdb" in pool.config.preload:
         return pool
     RuntimeStore().build_from_installed(RUNTIME, DISTRIBUTIONS)
-    return await pool.sibling(RUNTIME, PRELOAD, size=pool.config.size)
+    return await pool.sibling(RUNTIME, PRELOAD, size=pool.config.size, warm=WARM)
 
 
 def query_request(

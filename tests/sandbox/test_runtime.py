@@ -122,6 +122,43 @@ async def test_a_preload_that_fails_is_a_clear_start_error(tmp_path: Path) -> No
         await pool.start()
 
 
+async def test_warm_code_runs_once_per_cell_and_each_run_gets_its_own_copy() -> None:
+    warm = "import os\nmade_in = os.getpid()\nseen = []\n"
+    config = SandboxConfig(pool_size=1, warm=warm)
+    code = (
+        "import os, honing_warm as w\n"
+        "w.seen.append(os.getpid())\n"
+        "print(w.made_in != os.getpid(), len(w.seen))"
+    )
+    async with SandboxPool(config) as pool:
+        first = await pool.run(ExecRequest(code=code))
+        second = await pool.run(ExecRequest(code=code))
+    async with SandboxPool(SandboxConfig(pool_size=1)) as plain:
+        missing = await plain.run(ExecRequest(code="import honing_warm"))
+    # made before the fork, in the cell; a run's change is not seen by the next run
+    assert (first.stdout, second.stdout) == ("True 1\n", "True 1\n"), first.stderr
+    assert missing.status is ExecStatus.ERROR and "honing_warm" in missing.stderr
+
+
+async def test_warm_code_that_fails_is_a_clear_start_error() -> None:
+    pool = SandboxPool(SandboxConfig(pool_size=1, warm="raise ValueError('cold start')"))
+    with pytest.raises(SandboxError, match="cold start"):
+        await pool.start()
+
+
+async def test_a_sibling_with_warm_code_is_its_own_pool(tmp_path: Path) -> None:
+    store = RuntimeStore(home=tmp_path)
+    store.build_from_installed("yaml", ["PyYAML"])
+    async with SandboxPool(SandboxConfig(pool_size=1), runtimes=store) as pool:
+        plain = await pool.sibling("yaml", ["yaml"])
+        warm = await pool.sibling(
+            "yaml", ["yaml"], warm="import yaml\nparsed = yaml.safe_load('a: 1')"
+        )
+        assert warm is not plain and await pool.sibling("yaml", ["yaml"]) is plain
+        shown = await warm.run(ExecRequest(code="import honing_warm; print(honing_warm.parsed)"))
+    assert shown.stdout == "{'a': 1}\n", shown.stderr
+
+
 async def test_sibling_pool_with_another_runtime_is_shared_and_closed_with_its_parent(
     tmp_path: Path,
 ) -> None:

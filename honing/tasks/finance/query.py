@@ -27,7 +27,7 @@ HARNESS = (
 def main():
     spec = json.loads(sys.stdin.read())
     import duckdb
-    con = duckdb.connect(":memory:", config={"threads": 1, "memory_limit": spec["memory"]})
+    con = memory_db(duckdb, spec["memory"])
     try:
         if spec["ddl"]:
             con.execute(spec["ddl"])
