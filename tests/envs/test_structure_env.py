@@ -97,3 +97,23 @@ async def test_render_returns_its_png_as_the_tool_results_image(pool: SandboxPoo
     assert isinstance(shown.model_dump(mode="json")["observation"]["tool_results"][0]["images"][0],
                       str)  # fmt: skip
     await env.close()
+
+
+async def test_a_scene_that_looks_wrong_fails_on_its_image(pool: SandboxPool) -> None:
+    """A lit scene asks for its look: with the lights' own constraint left out, a light from
+    another side still fails the task, on the rendered-image similarity."""
+    task = next(t for t in load_tasks("examples-structure").tasks if t.id.endswith("lit-scene"))
+    assert task.image_min is not None
+    task = task.model_copy(update={"required": [c for c in task.required if c != "lights"]})
+    scene = json.loads(task.reference or "")
+    for light in scene["lights"]:
+        x, y, z = light["direction"]
+        light["direction"] = [-x, -y, -z]  # from below: the lit faces go dark
+    env = make_env("structure", pool, EnvConfig(max_steps=4))
+    await env.reset(task)
+    await env.step(call("build", scene=scene))
+    judged = await env.step(call("submit"))
+    assert judged.components["outcome"] == 0.0 and judged.components["met:lights"] == 0.0
+    assert "image similarity" in judged.observation.tool_results[0].content
+    assert judged.components["met:iou"] == 1.0  # the geometry is right
+    await env.close()
