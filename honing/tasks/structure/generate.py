@@ -17,14 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from honing.tasks.structure.task import StructureTask
+from honing.tasks.synthetic.common import generate
 
 Json = dict[str, Any]
 AXES = "Units are millimetres; x is width, y is depth, z is up."
 IMAGE_MIN = 0.95  # the render similarity a scene whose look is asked for (colours, lights) needs
-
-
-def _rng(seed: int) -> random.Random:
-    return random.Random(f"honing.tasks.synthetic/structure/{seed}")
 
 
 def _box(size: list[int], at: list[float] | None = None, **extra: Any) -> Json:
@@ -48,7 +45,7 @@ def _task(
     )
 
 
-def bracket(rng: random.Random, task_id: str) -> StructureTask:
+def bracket(rng: random.Random, task_id: str, seed: int) -> StructureTask:
     holes = rng.choice([1, 2, 2, 3, 4])
     width, depth, thick = (
         rng.randrange(40, 101, 5),
@@ -82,7 +79,7 @@ def bracket(rng: random.Random, task_id: str) -> StructureTask:
     return _task(task_id, "bracket", "easy" if holes <= 2 else "medium", prompt, scene)
 
 
-def stairs(rng: random.Random, task_id: str) -> StructureTask:
+def stairs(rng: random.Random, task_id: str, seed: int) -> StructureTask:
     steps, run, rise, width = (
         rng.randint(3, 6),
         rng.choice([20, 25, 30]),
@@ -99,7 +96,7 @@ def stairs(rng: random.Random, task_id: str) -> StructureTask:
     return _task(task_id, "stairs", "medium" if steps <= 4 else "hard", prompt, scene)
 
 
-def shelf(rng: random.Random, task_id: str) -> StructureTask:
+def shelf(rng: random.Random, task_id: str, seed: int) -> StructureTask:
     boards, width, depth = rng.randint(2, 4), rng.randrange(60, 121, 10), rng.randrange(20, 41, 5)
     thick, gap = rng.choice([4, 5, 6]), rng.choice([25, 30, 40])
     height = boards * thick + (boards - 1) * gap
@@ -116,7 +113,7 @@ def shelf(rng: random.Random, task_id: str) -> StructureTask:
     return _task(task_id, "shelf", "medium", prompt, scene)
 
 
-def table(rng: random.Random, task_id: str) -> StructureTask:
+def table(rng: random.Random, task_id: str, seed: int) -> StructureTask:
     width, depth, height = (
         rng.randrange(80, 161, 10),
         rng.randrange(50, 91, 10),
@@ -146,7 +143,7 @@ def table(rng: random.Random, task_id: str) -> StructureTask:
                  image_min=IMAGE_MIN)  # fmt: skip
 
 
-def gear(rng: random.Random, task_id: str) -> StructureTask:
+def gear(rng: random.Random, task_id: str, seed: int) -> StructureTask:
     teeth, radius, thick = (
         rng.choice([6, 8, 10, 12]),
         rng.randrange(20, 41, 5),
@@ -174,7 +171,7 @@ def gear(rng: random.Random, task_id: str) -> StructureTask:
     return _task(task_id, "gear", "hard", prompt, scene, checks={"iou_min": 0.95})
 
 
-def lit_scene(rng: random.Random, task_id: str) -> StructureTask:
+def lit_scene(rng: random.Random, task_id: str, seed: int) -> StructureTask:
     size, base = rng.randrange(20, 41, 5), rng.randrange(60, 101, 10)
     lights = rng.sample([
         ([-1, 0, -1], "from +x, 45 degrees above"),
@@ -202,25 +199,11 @@ def lit_scene(rng: random.Random, task_id: str) -> StructureTask:
                  image_min=IMAGE_MIN)  # fmt: skip
 
 
-FAMILIES: list[Callable[[random.Random, str], StructureTask]] = [
+FAMILIES: list[Callable[[random.Random, str, int], StructureTask]] = [
     bracket, stairs, shelf, table, gear, lit_scene,
 ]  # fmt: skip
 
 
 def generate_structure_tasks(n: int, seed: int, phrasings: str = "train") -> list[StructureTask]:
-    """`n` tasks, the families in turn; `phrasings` is ignored (one wording)."""
-    rng = _rng(seed)
-    out: list[StructureTask] = []
-    seen: set[str] = set()
-    attempts = 0
-    while len(out) < n:
-        attempts += 1
-        if attempts > 50 * n + 100:
-            raise ValueError(f"cannot draw {n} distinct structure tasks")
-        family = FAMILIES[len(out) % len(FAMILIES)]
-        task = family(rng, f"structure/{seed}/{len(out)}")
-        key = json.dumps(task.target, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            out.append(task)
-    return out
+    """`n` distinct tasks, the families in turn; `phrasings` is ignored (one wording)."""
+    return generate("structure", n, seed, FAMILIES)

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from honing.tasks.load import AnyTask, TaskSet, question_key, tasks_from_rows
-from honing.tasks.schema import CodeTask, MathTask, ToolsTask
+from honing.tasks.schema import TaskBase
 
-T = TypeVar("T", CodeTask, MathTask, ToolsTask)
+T = TypeVar("T", bound=TaskBase)
 
 TWO_DIGITS = [b for b in range(11, 100) if b % 10]  # a multiple of 10 makes it too easy
 
