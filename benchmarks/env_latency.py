@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 
@@ -60,7 +59,7 @@ async def structure(pool: SandboxPool, rounds: int) -> dict[str, list[float]]:
         task = tasks[i % len(tasks)]
         env = make_env("structure", pool, EnvConfig(max_steps=10))
         await env.reset(task)
-        scene = json.loads(task.reference or "")
+        scene = task.target  # type: ignore[attr-defined]
         out["structure/check"].append(await timed(env, call("build", scene=scene)))
         out["structure/render"].append(await timed(env, call("render", view="iso")))
         out["structure/submit"].append(await timed(env, call("submit")))

@@ -31,7 +31,7 @@ async def test_build_render_rollback_and_a_wrong_model_judged_per_constraint(
     env = make_env("structure", pool, EnvConfig(max_steps=8))
     assert isinstance(env, StructureEnv)
     await env.reset(task)
-    scene = json.loads(task.reference or "")
+    scene = json.loads(json.dumps(task.target))  # a copy of the target: its reference, as a scene
     plate = scene["objects"][0]["children"][0]  # the plate without its holes
 
     first = await env.step(call("build", scene={"objects": [plate]}))
@@ -105,7 +105,7 @@ async def test_a_scene_that_looks_wrong_fails_on_its_image(pool: SandboxPool) ->
     task = next(t for t in load_tasks("examples-structure").tasks if t.id.endswith("lit-scene"))
     assert task.image_min is not None
     task = task.model_copy(update={"required": [c for c in task.required if c != "lights"]})
-    scene = json.loads(task.reference or "")
+    scene = json.loads(json.dumps(task.target))  # a copy of the target: its reference, as a scene
     for light in scene["lights"]:
         x, y, z = light["direction"]
         light["direction"] = [-x, -y, -z]  # from below: the lit faces go dark

@@ -4,14 +4,13 @@
                                         material, gears, lit scenes; tagged easy/medium/hard
 
 Every dimension is a whole number of millimetres and every position is stated, so the words
-determine the target; the reference is the target scene itself (JSON). The same `(n, seed)`
-gives the same tasks on any machine. Not covered: checking them (the references are played
-through the real environment by the quality filter).
+determine the target; the reference is a script that builds it (`scene_script`). The same
+`(n, seed)` gives the same tasks on any machine. Not covered: checking them (the quality
+filter plays the references through the real environment).
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +30,53 @@ def _box(size: list[int], at: list[float] | None = None, **extra: Any) -> Json:
     return {**node, **extra}
 
 
+def scene_script(scene: Json) -> str:
+    """A structure script (the kernel's script API) that builds `scene`: its materials, lights
+    and one `add(...)` per object, each node's transforms in the order a node applies them
+    (scale, rotate, translate)."""
+    lines = [
+        f"material({name!r}, {_num(spec['color'])})"
+        for name, spec in scene.get("materials", {}).items()
+    ]
+    lines += [
+        f"add_light({_num(light['direction'])}, {_num(light.get('intensity', 1.0))}, "
+        f"{_num(light.get('color', [1, 1, 1]))})"
+        for light in scene.get("lights", [])
+    ]
+    lines += [f"add({_expression(node)})" for node in scene["objects"]]
+    return "\n".join(lines) + "\n"
+
+
+def _num(value: Any) -> str:
+    """A number or a list of numbers as Python source (whole floats as integers)."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_num(v) for v in value) + "]"
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _expression(node: Json) -> str:
+    kind = node["type"]
+    center = ", center=True" if node.get("center") else ""
+    segments = f", segments={node['segments']}" if "segments" in node else ""
+    if kind == "box":
+        made = f"box({_num(node['size'])}{center})"
+    elif kind in ("cylinder", "cone"):
+        top = f", top_radius={_num(node['top_radius'])}" if "top_radius" in node else ""
+        made = f"{kind}({_num(node['radius'])}, {_num(node['height'])}{top}{segments}{center})"
+    elif kind == "sphere":
+        made = f"sphere({_num(node['radius'])}{segments})"
+    elif kind == "extrude":
+        made = f"extrude({_num(node['points'])}, {_num(node['height'])}{center})"
+    else:  # union, difference, intersection
+        made = f"{kind}({', '.join(_expression(child) for child in node['children'])})"
+    for transform in ("scale", "rotate", "translate"):
+        if transform in node:
+            made = f"{transform}({made}, {_num(node[transform])})"
+    if "material" in node:
+        made = f"set_material({made}, {node['material']!r})"
+    return made
+
+
 def _task(
     task_id: str, family: str, level: str, prompt: str, scene: Json, **extra: Any
 ) -> StructureTask:
@@ -38,7 +84,7 @@ def _task(
         id=task_id,
         prompt=f"{prompt} {AXES}",
         target=scene,
-        reference=json.dumps(scene, sort_keys=True),
+        reference=scene_script(scene),
         tags=[f"family:{family}", level],
         metadata={"family": family},
         **extra,
