@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 BUILTIN_MODULE = "honing.domains"  # imports every built-in domain module
 ENTRY_POINTS = "honing.domains"  # a package's own domains: `name = "pkg.module"`
+SYNTHETIC_SIZE = 64  # tasks of a built-in synthetic-<key> set, and of a source without `count`
+SYNTHETIC_SEED = 0  # their seed, unless the source gives one
 
 
 ReferenceCheck = Callable[[Sequence[Any], "SandboxPool"], Awaitable[dict[str, ReferenceVerdict]]]
@@ -189,10 +191,6 @@ def builtin_sets() -> dict[str, Callable[[], TaskSet]]:
 def generators() -> dict[str, Generator]:
     """Every domain's generators, by key (`synthetic-<key>` names the set)."""
     return {key: gen for d in registry().values() for key, gen in d.generators.items()}
-
-
-SYNTHETIC_SIZE = 64
-SYNTHETIC_SEED = 0
 
 
 @dataclass(frozen=True)
