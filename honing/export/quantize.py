@@ -9,7 +9,7 @@ The quantised directory is what transformers' `TorchAoConfig` writes, so
 (`pip install 'honing[export]'`). Every `nn.Linear` weight is int8, one scale per output row; the
 embedding (and an LM head tied to it) is not quantised. Both models are measured with the same
 settings: size on disk, CPU decode speed, held-out success (the int8 model with its weights
-dequantised once, `load_dequantised`). docs/export.md has how each is measured.
+dequantised once: `make_engine(..., dequantise=True)`). docs/export.md has how each is measured.
 
 Not covered: int4 or activation quantisation, GPU speed, calibration data sets.
 """
@@ -181,16 +181,6 @@ def decode_speeds(
         for i, decoder in enumerate(decoders):
             best[i] = max(best[i], decoder.tokens_per_s(new_tokens))
     return best
-
-
-def load_dequantised(directory: Path, dtype: ExportDtype) -> tuple[Any, Any]:
-    """The int8 model of `directory` with each int8 weight replaced by its exact values, and its
-    tokenizer: what the held-out evaluation runs (the engine runs a torchao model itself one
-    sequence at a time, dequantising every weight at every token: 32 held-out episodes would
-    take many minutes on a CPU)."""
-    from honing.rollout.models import load_model, load_tokenizer
-
-    return load_model(directory, ENGINE_DTYPES[dtype], dequantise=True), load_tokenizer(directory)
 
 
 async def heldout_scores(

@@ -68,14 +68,6 @@ def trace_plan(task: AnyTask, env_actions: list[Action], *, calculator_first: bo
     return (plan(task, env_actions) if plan is not None else None) or TracePlan(env_actions)
 
 
-def reference_plan(
-    task: AnyTask, env_actions: list[Action], *, calculator_first: bool
-) -> tuple[list[Action], bool]:
-    """The actions to play, and whether they are the domain's plan (not the references)."""
-    plan = trace_plan(task, env_actions, calculator_first=calculator_first)
-    return plan.actions, plan.actions is not env_actions
-
-
 async def play_reference(
     task: AnyTask,
     pool: SandboxPool,

@@ -21,11 +21,10 @@ from safetensors import safe_open
 from honing.errors import ExportError
 from honing.export import ExportResult, export_run
 from honing.export import model as export_model
-from honing.export.quantize import load_dequantised
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.hf import HFEngine
 from honing.rollout.engines.scripted import ScriptedEngine
-from honing.rollout.models import load_tokenizer
+from honing.rollout.models import load_model, load_tokenizer
 from honing.rollout.saved_agent import SavedAgent, load_agent
 from honing.trainer.checkpoint import latest_checkpoint
 from honing.trainer.learner import Learner
@@ -269,7 +268,7 @@ def test_int8_export_loads_quantised_is_smaller_and_the_card_compares_it(
     assert c.quantised.tokens_per_s > 0 and c.reference.tokens_per_s > 0
     for m in (c.reference, c.quantised):
         assert [(s.set, s.total) for s in m.heldout] == [("add", 2)]
-    dequantised, _ = load_dequantised(out, "fp32")  # what the held-out eval runs
+    dequantised = load_model(out, "float32", dequantise=True)  # what the held-out eval runs
     torch.testing.assert_close(logits(dequantised), logits(model), rtol=0, atol=1e-4)
     engine = HFEngine(out, max_batch=2)  # the engine runs the torchao model itself, too
     assert not engine.fast_path

@@ -32,8 +32,8 @@ from honing.trainer.sft import ChatExample, load_chat_data, tokenize_example
 from honing.trainer.traces import (
     Trace,
     TraceError,
-    reference_plan,
     reference_traces,
+    trace_plan,
     write_traces,
 )
 
@@ -68,14 +68,15 @@ def test_the_calculator_is_used_only_where_the_expression_is_known() -> None:
     answer_only = [Action(tool_calls=[ToolCall(id="a", name="answer", arguments={"value": "24"})])]
     riddle = MathTask(id="m", prompt="How many legs do three spiders have?", answer="24")
     assert arithmetic_expression(riddle) is None
-    assert reference_plan(riddle, answer_only, calculator_first=True) == (answer_only, False)
+    assert trace_plan(riddle, answer_only, calculator_first=True).actions is answer_only
     direct = MathTask(id="d", prompt="Compute 12 × 34.", answer="408")
-    plan, calculator = reference_plan(direct, answer_only, calculator_first=True)
-    assert calculator and [a.tool_calls[0].arguments for a in plan] == [
+    plan = trace_plan(direct, answer_only, calculator_first=True)
+    assert plan.actions is not answer_only and plan.check_first is not None
+    assert [a.tool_calls[0].arguments for a in plan.actions] == [
         {"expression": "12 * 34"},
         {"value": "408"},
     ]
-    assert reference_plan(direct, answer_only, calculator_first=False) == (answer_only, False)
+    assert trace_plan(direct, answer_only, calculator_first=False).actions is answer_only
     wrong = MathTask(id="w", prompt="What is 12 * 34?", answer="407")  # never a false expression
     assert arithmetic_expression(wrong) is None
 
