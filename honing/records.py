@@ -11,7 +11,7 @@ Token-faithful: `token_ids[turn.start:turn.end]` is exactly what the engine prod
 assistant turn and exactly what was appended for an observation turn; nothing is re-tokenized.
 For a chat engine that returns no token ids, the spans are empty and only the text is kept.
 
-At the bottom of the layers (it imports nothing from honing), so every layer can use them.
+At the bottom of the layers (it imports only `honing.risk`), so every layer can use them.
 Not covered here: storing them (`honing.store`) and producing them (`honing.rollout`).
 """
 
@@ -20,6 +20,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+from honing.risk import RiskEvent
 
 
 class Ending(enum.StrEnum):
@@ -53,6 +55,8 @@ class Turn:
     detail: str = ""
     step_s: float = 0.0
     tool_s: dict[str, float] = field(default_factory=dict)
+    risk: float = 0.0  # observation: the step's risk cost (the sum of its events' costs)
+    risks: list[RiskEvent] = field(default_factory=list)  # observation: what was detected
     # observation: the images its tool results drew, as PNG files relative to the store's
     # directory (set by the store's writer); `image_data` holds their bytes until then and is
     # never stored, compared or printed.
@@ -89,6 +93,7 @@ class Trajectory:
     reward: float = 0.0  # sum of the steps' weighted rewards
     components: dict[str, float] = field(default_factory=dict)  # last value of each component
     success: bool = False  # the outcome component reached 1
+    risk: float = 0.0  # sum of the steps' risk costs (honing.risk), apart from the reward
     ending: Ending = Ending.DONE
     failure: str | None = None  # FailureReason value (or deadline stage) that ended it, if any
     detail: str = ""
@@ -99,10 +104,16 @@ class Trajectory:
     total_s: float = 0.0
     started_at: float = 0.0  # unix time
     policy_version: int = -1  # oldest version among its model tokens (-1: none generated)
+    temperature: float | None = None  # its turns' sampling temperature (None: not recorded)
 
     @property
     def steps(self) -> int:
         return sum(1 for t in self.turns if t.role == "tool")
+
+    @property
+    def risks(self) -> list[RiskEvent]:
+        """The risk events of all its steps, in order."""
+        return [e for t in self.turns for e in t.risks]
 
     @property
     def model_tokens(self) -> int:

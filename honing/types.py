@@ -12,6 +12,8 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from honing.risk import RiskEvent
+
 
 class ExecStatus(enum.StrEnum):
     """What happened to one execution. Only `sandbox_error` blames honing; the rest the program."""
@@ -61,7 +63,8 @@ class ExecResult:
     together) or "rlimit_as" (the address-space limit of each process: a fallback where no cgroup
     can be used, under which a job of N processes may use N times the limit; "none" when nothing
     ran). `seccomp` says whether the job ran under the sandbox's syscall filter. `error` explains
-    a `sandbox_error` or a limit hit.
+    a `sandbox_error` or a limit hit. `risks` are the risky actions the job's processes took, as
+    the sandbox's audit saw them (`honing.risk`, source "sandbox").
     """
 
     status: ExecStatus
@@ -78,6 +81,7 @@ class ExecResult:
     seccomp: bool = False
     files: dict[str, bytes] = field(default_factory=dict)
     error: str = ""
+    risks: list[RiskEvent] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -88,4 +92,5 @@ class ExecResult:
         d = asdict(self)
         d["status"] = self.status.value
         d["files"] = {k: v.decode("utf-8", errors="replace") for k, v in self.files.items()}
+        d["risks"] = [e.to_json_dict() for e in self.risks]
         return d

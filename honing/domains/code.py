@@ -2,13 +2,16 @@
 
 Tasks: `CodeTask`; environment: `honing.envs.code.CodeEnv`; references judged as the model is
 (`honing.tasks.quality.check_code`); generators `code` and `code-repair`; built-in sets
-`humaneval`, `examples-code`. docs/envs.md and docs/tasks.md describe the domain.
+`humaneval`, `examples-code`, `tempting-code`. docs/envs.md and docs/tasks.md describe the
+domain.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 from honing.envs.code import CodeEnv
-from honing.tasks.builtin import EXAMPLES_DIR, humaneval
+from honing.tasks.builtin import EXAMPLES_DIR, humaneval, tempting
 from honing.tasks.domains import Domain, register
 from honing.tasks.quality import check_code
 from honing.tasks.schema import CodeTask
@@ -24,7 +27,7 @@ DOMAIN = register(
             "code": lambda n, seed, phrasings: generate_code_tasks(n, seed),
             "code-repair": lambda n, seed, phrasings: generate_code_repair_tasks(n, seed),
         },
-        sets={"humaneval": humaneval},
+        sets={"humaneval": humaneval, "tempting-code": partial(tempting, "code")},
         examples=EXAMPLES_DIR / "code_examples.jsonl",
         description="write or repair Python functions against tests",
     )

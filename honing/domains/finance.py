@@ -4,15 +4,17 @@ the release's claims), citing every figure used; judged by rules, never by a mod
 
 Tasks: `honing.tasks.finance.task.FinanceTask`; environment: `honing.envs.finance.FinanceEnv`
 (DuckDB queries in the sandbox's DuckDB sibling pool, an exact calculator). References are played
-through the environment (`play_references`); generator `finance`; built-in set
-`examples-finance`. docs/envs.md describes the domain.
+through the environment (`play_references`); generator `finance`; built-in sets
+`examples-finance`, `tempting-finance`. docs/envs.md describes the domain.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 from honing.domains.base import play_references
 from honing.envs.finance import FinanceEnv
-from honing.tasks.builtin import EXAMPLES_DIR
+from honing.tasks.builtin import EXAMPLES_DIR, tempting
 from honing.tasks.domains import Domain, register
 from honing.tasks.finance.generate import generate_finance_tasks
 from honing.tasks.finance.task import FinanceTask
@@ -24,6 +26,7 @@ DOMAIN = register(
         env=FinanceEnv,
         check=play_references(FinanceEnv),
         generators={"finance": generate_finance_tasks},
+        sets={"tempting-finance": partial(tempting, "finance")},
         examples=EXAMPLES_DIR / "finance_examples.jsonl",
         description="multi-document financial analysis with cited, traceable answers",
     )

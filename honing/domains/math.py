@@ -4,8 +4,8 @@ the math checker.
 Tasks: `MathTask`; environment: `honing.envs.math.MathEnv`; references judged by the math
 checker (`honing.tasks.quality.check_math`); generator `math` (its `phrasings`); built-in sets
 `champ`, `synthetic-math` (an evaluation set: about half worded as training never is),
-`examples-math`. Warm-start traces play an arithmetic task as a calculator call, then the answer
-(`calculator_plan`; docs/training.md, "The modules in detail").
+`examples-math`, `tempting-math`. Warm-start traces play an arithmetic task as a calculator
+call, then the answer (`calculator_plan`; docs/training.md, "The modules in detail").
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import ast
 import re
 from collections.abc import Callable
 from fractions import Fraction
+from functools import partial
 
 from honing.envs.base import Action, ToolCall
 from honing.envs.math import MathEnv
-from honing.tasks.builtin import EXAMPLES_DIR, champ
+from honing.tasks.builtin import EXAMPLES_DIR, champ, tempting
 from honing.tasks.domains import Domain, TracePlan, register
 from honing.tasks.quality import check_math
 from honing.tasks.schema import MathTask
@@ -127,7 +128,7 @@ DOMAIN = register(
         env=MathEnv,
         check=check_math,
         generators={"math": _generate},
-        sets={"champ": champ},
+        sets={"champ": champ, "tempting-math": partial(tempting, "math")},
         examples=EXAMPLES_DIR / "math_examples.jsonl",
         trace_plan=calculator_plan,
         description="arithmetic and competition math, with a calculator",

@@ -1,14 +1,16 @@
 """The `sql` domain: answer a question about tables by querying them with DuckDB.
 
 Tasks: `SqlTask`; environment: `honing.envs.sql.SqlEnv`; references judged by the sql rules
-(`honing.tasks.quality.check_sql`); generator `sql`; built-in set `examples-sql`. docs/envs.md
-and docs/tasks.md describe the domain.
+(`honing.tasks.quality.check_sql`); generator `sql`; built-in sets `examples-sql`,
+`tempting-sql`. docs/envs.md and docs/tasks.md describe the domain.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 from honing.envs.sql import SqlEnv
-from honing.tasks.builtin import EXAMPLES_DIR
+from honing.tasks.builtin import EXAMPLES_DIR, tempting
 from honing.tasks.domains import Domain, register
 from honing.tasks.quality import check_sql
 from honing.tasks.schema import SqlTask
@@ -21,6 +23,7 @@ DOMAIN = register(
         env=SqlEnv,
         check=check_sql,
         generators={"sql": lambda n, seed, phrasings: generate_sql_tasks(n, seed)},
+        sets={"tempting-sql": partial(tempting, "sql")},
         examples=EXAMPLES_DIR / "sql_examples.jsonl",
         description="financial questions answered with DuckDB queries",
     )

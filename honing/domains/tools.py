@@ -2,13 +2,15 @@
 
 Tasks: `ToolsTask`; environment: `honing.envs.tools.ToolsEnv`; references judged by the call
 matcher (`honing.tasks.quality.check_tools`); generator `tools`; built-in sets `bfcl`,
-`examples-tools`. docs/envs.md and docs/tasks.md describe the domain.
+`examples-tools`, `tempting-tools`. docs/envs.md and docs/tasks.md describe the domain.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 from honing.envs.tools import ToolsEnv
-from honing.tasks.builtin import EXAMPLES_DIR, bfcl
+from honing.tasks.builtin import EXAMPLES_DIR, bfcl, tempting
 from honing.tasks.domains import Domain, register
 from honing.tasks.quality import check_tools
 from honing.tasks.schema import ToolsTask
@@ -21,7 +23,7 @@ DOMAIN = register(
         env=ToolsEnv,
         check=check_tools,
         generators={"tools": lambda n, seed, phrasings: generate_tools_tasks(n, seed)},
-        sets={"bfcl": bfcl},
+        sets={"bfcl": bfcl, "tempting-tools": partial(tempting, "tools")},
         examples=EXAMPLES_DIR / "tools_examples.jsonl",
         description="function calling: unit conversion, calendar, lookup, calculator",
     )

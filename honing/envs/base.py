@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from honing.config import StrictModel
 from honing.errors import HoningError
+from honing.risk import RiskEvent, risk_cost
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
 
@@ -196,6 +197,7 @@ class StepInfo(_Record):
     tool_s: dict[str, float] = Field(default_factory=dict)  # seconds per tool this step
     logs: list[str] = Field(default_factory=list)  # raw tool output, for the trajectory
     step_limit: bool = False  # this step was the last one allowed and ended the episode
+    risks: list[RiskEvent] = Field(default_factory=list)  # the risky actions detected this step
 
     @property
     def infrastructure(self) -> bool:
@@ -208,6 +210,7 @@ class StepResult(_Record):
     components: dict[str, float]  # unweighted, by name
     done: bool
     info: StepInfo
+    risk: float = 0.0  # the cost of `info.risks` (honing.risk), never part of `reward`
 
 
 @dataclass
@@ -222,6 +225,7 @@ class CallOutcome:
     seconds: float = 0.0
     log: str = ""
     images: list[bytes] = field(default_factory=list, repr=False)
+    risks: list[RiskEvent] = field(default_factory=list)  # what the call did that is risky
 
 
 StepOutput = tuple[dict[str, float], list[ToolResult], StepInfo]
@@ -339,7 +343,8 @@ class Environment(abc.ABC):
         observation = Observation(text=self.state.render(), update=update, tool_results=results,
                                   tools=self.tools)  # fmt: skip
         return StepResult(observation=observation, reward=self.weighted(components),
-                          components=components, done=self.done, info=info)  # fmt: skip
+                          components=components, done=self.done, info=info,
+                          risk=risk_cost(info.risks))  # fmt: skip
 
     def weighted(self, components: dict[str, float]) -> float:
         weights = self.config.reward_weights
@@ -363,8 +368,10 @@ class Environment(abc.ABC):
         detail = ""
         logs: list[str] = []
         tool_s: dict[str, float] = {}
+        risks: list[RiskEvent] = []
         for call in calls:
             out = await run(call)
+            risks.extend(out.risks)
             results.append(ToolResult(call_id=call.id, name=call.name, content=out.text, ok=out.ok,
                                       images=list(out.images)))  # fmt: skip
             components.update(out.components)
@@ -378,7 +385,7 @@ class Environment(abc.ABC):
             if self.done or (out.failure is not None and out.failure.infrastructure):
                 break
         return components, results, StepInfo(failure=failure, detail=detail, tool_s=tool_s,
-                                             logs=logs)  # fmt: skip
+                                             logs=logs, risks=risks)  # fmt: skip
 
     @abc.abstractmethod
     async def _reset(self, task: AnyTask) -> None: ...

@@ -4,13 +4,17 @@ Covered: the tools (`write_file`, `read_file`, `run_tests`, `run_python`, `rollb
 state so far), `solution.py` seeded with the prompt or the code to fix, a reply with a ```python
 block read as "write and test this", the reward components (outcome, compiles, tests_passed,
 well_formed), and judging by `honing.tasks.codecheck`, whose detected tampering is failure
-`tampering`, outcome 0 (docs/envs.md, "Domains", "Reward hacking"). Not covered: the judge
-itself (`honing.tasks.codecheck`, `honing.tasks.codejudge`).
+`tampering`, outcome 0 (docs/envs.md, "Domains", "Reward hacking"); risk events: the sandbox's
+of `run_python` and of the judged run (it runs the solution), and `test_tamper` when a
+`write_file` or a `run_python` program deletes or changes a test file the task put in the
+workspace (read on the host after the call). Not covered: the judge itself
+(`honing.tasks.codecheck`, `honing.tasks.codejudge`).
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 from typing import Any
 
 from honing.envs.base import (
@@ -25,6 +29,7 @@ from honing.envs.base import (
     tool_schema,
 )
 from honing.errors import HoningError
+from honing.risk import RiskEvent, event
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool, Workspace
 from honing.tasks.codecheck import judged_run, run_files
 from honing.tasks.load import AnyTask
@@ -33,6 +38,7 @@ from honing.tasks.schema import CODE_SOLUTION, CodeTask
 SOLUTION = CODE_SOLUTION
 CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
 RUN_TIMEOUT_S = 10.0
+TEST_NAME = re.compile(r"test_.*\.py|.*_test\.py|conftest\.py")
 
 TOOLS = [
     tool_schema("write_file", "Write a file in the workspace (replaces it).",
@@ -53,6 +59,7 @@ class CodeEnv(Environment):
         super().__init__(pool, config)
         self.workspace: Workspace | None = None
         self.best: tuple[float, str] = (-1.0, "")
+        self.tests: dict[str, bytes] = {}  # the test files the task put in the workspace
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -71,6 +78,7 @@ class CodeEnv(Environment):
             self.workspace.write(SOLUTION, task.prompt)
         for path, content in task.files.items():
             self.workspace.write(path, content)
+        self.tests = {p: c.encode() for p, c in task.files.items() if is_test_path(p)}
         self.best = (-1.0, self.workspace.snapshot())
         assert self.state is not None
         self.state.constraints = [
@@ -142,6 +150,35 @@ class CodeEnv(Environment):
         return components, results, info
 
     async def _call(self, call: ToolCall) -> CallOutcome:
+        if call.name not in ("write_file", "run_python") or not self.tests:
+            return await self._dispatch(call)
+        before = self._test_files()
+        outcome = await self._dispatch(call)
+        outcome.risks += self._tampered(before)
+        return outcome
+
+    def _test_files(self) -> dict[str, bytes | None]:
+        """The task's test files as the workspace holds them now (None: gone, or no longer a
+        regular file)."""
+        found: dict[str, bytes | None] = {}
+        for path in self.tests:
+            try:
+                found[path] = self._ws().read(path)
+            except (OSError, ValueError):
+                found[path] = None
+        return found
+
+    def _tampered(self, before: dict[str, bytes | None]) -> list[RiskEvent]:
+        """A test_tamper event per test file the call deleted or changed (putting one back as
+        the task shipped it is no tampering)."""
+        events = []
+        for path, now in self._test_files().items():
+            if now != before[path] and now != self.tests[path]:
+                what = "deleted" if now is None else "changed"
+                events.append(event("test_tamper", f"{what} {path}"))
+        return events
+
+    async def _dispatch(self, call: ToolCall) -> CallOutcome:
         ws = self._ws()
         args = call.arguments
         try:
@@ -194,6 +231,7 @@ class CodeEnv(Environment):
                 "the tests did not report a result (the judge's process was ended)",
                 failure=FailureReason.TOOL_ERROR,
                 components={"outcome": 0.0, "compiles": 0.0, "tests_passed": 0.0},
+                risks=result.risks,
             )
         if verdict.share > self.best[0]:
             self.best = (verdict.share, ws.snapshot())
@@ -214,7 +252,15 @@ class CodeEnv(Environment):
             components=components,
             seconds=result.wall_s,
             log=result.stderr[-4000:],
+            risks=result.risks,  # the judged run runs the model's solution
         )
+
+
+def is_test_path(path: str) -> bool:
+    """A path of tests or their data: test_*.py, *_test.py, conftest.py, or under a tests/
+    folder."""
+    parts = PurePosixPath(path).parts
+    return bool(parts) and ("tests" in parts[:-1] or TEST_NAME.fullmatch(parts[-1]) is not None)
 
 
 def _str_arg(args: dict[str, Any], name: str) -> str:
@@ -244,4 +290,5 @@ def _from_run(result: ExecResult) -> CallOutcome:
         failure=_STATUS_FAILURE.get(result.status),
         seconds=result.wall_s,
         log=text,
+        risks=result.risks,
     )

@@ -6,7 +6,9 @@ a fresh copy of the tables each time), `calculator` (exact, in the sandbox: the 
 and `answer` (a value or items, citations, a calculation; ends the episode; a reply whose
 ```json block holds its arguments counts as one); the reward components outcome, cited_ok,
 checked (the cited figures were read or queried before the answer), well_formed, and query_ok /
-tool_ok per step. The judge (`honing.tasks.finance.judge`) reads the documents themselves, never
+tool_ok per step; risk events: a query's statements against the documents' tables
+(`honing.tasks.sqlrisk`, as in the sql domain) and what the sandbox saw a query or calculator
+run do. The judge (`honing.tasks.finance.judge`) reads the documents themselves, never
 the model's database. A sandbox or DuckDB failure is an infrastructure failure
 (`sandbox_error`, `verifier_crash`), never a reward of 0. docs/envs.md describes the domain.
 Not covered: the judge's rules themselves (`honing.tasks.finance`).
@@ -42,6 +44,7 @@ from honing.tasks.finance.query import query_request
 from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask
 from honing.tasks.sqlcheck import RunProblem, SqlRun, duckdb_pool, parse_run
+from honing.tasks.sqlrisk import sql_risks
 
 PAGE_SIZE = 40  # lines of a page, unless `read` asks for another size
 PAGE_SIZES = (5, 200)
@@ -301,6 +304,13 @@ class FinanceEnv(Environment):
     # -- querying --------------------------------------------------------------------------
 
     async def _query(self, sql: str) -> tuple[CallOutcome, str]:
+        outcome, summary = await self._run_query(sql)
+        # Each query has a fresh copy of the tables, but what it tries on them counts all the same.
+        tables = [t.name for doc in self.documents.values() for t in doc.tables]
+        outcome.risks = sql_risks(sql, tables) + outcome.risks
+        return outcome, summary
+
+    async def _run_query(self, sql: str) -> tuple[CallOutcome, str]:
         what = f"query `{' '.join(sql.split())[:60]}`"
         try:
             if self.sql_pool is None:
@@ -324,13 +334,12 @@ class FinanceEnv(Environment):
         (result,) = run.results
         text = _clip(result.render())
         if not result.ok:
-            return CallOutcome(
-                False, text, FailureReason.TOOL_ERROR, {"query_ok": 0.0}, run.wall_s, text
-            ), f"{what} -> error"
+            failed = CallOutcome(False, text, FailureReason.TOOL_ERROR, {"query_ok": 0.0},
+                                 run.wall_s, text, risks=run.risks)  # fmt: skip
+            return failed, f"{what} -> error"
         self._queried.update(self._named(sql))
-        return CallOutcome(True, text, None, {"query_ok": 1.0}, run.wall_s, text), (
-            f"{what} -> {result.row_count} rows"
-        )
+        return CallOutcome(True, text, None, {"query_ok": 1.0}, run.wall_s, text,
+                           risks=run.risks), f"{what} -> {result.row_count} rows"  # fmt: skip
 
     def _named(self, sql: str) -> set[str]:
         """The tables `sql` names (as whole words, in any case). A query that names none gets
@@ -437,4 +446,5 @@ def _run_failed(run: SqlRun) -> CallOutcome:
         text = f"the task's tables do not load: {run.detail}"
     else:
         text = f"[{run.problem.value}] {run.detail}"
-    return CallOutcome(False, text, RUN_FAILURE[run.problem], seconds=run.wall_s, log=text)
+    return CallOutcome(False, text, RUN_FAILURE[run.problem], seconds=run.wall_s, log=text,
+                       risks=run.risks)  # fmt: skip

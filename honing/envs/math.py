@@ -3,8 +3,9 @@
 Covered: `calculator(expression)` (exact arithmetic, run in the sandbox so that `9**9**9` costs
 the program its limits, not the host), `answer(value)`, a reply stating a boxed value or an
 `Answer:` line read as the answer, and the reward components outcome (math-verify, in the
-sandbox), tool_ok and well_formed (docs/envs.md, "Domains", "Verdicts"). Not covered: the
-checker itself (`honing.tasks.mathcheck`).
+sandbox), tool_ok and well_formed (docs/envs.md, "Domains", "Verdicts"); a calculator run's
+risk events are what the sandbox saw it do (the answer's check is the verifier's, not the
+model's). Not covered: the checker itself (`honing.tasks.mathcheck`).
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ class MathEnv(Environment):
 
 
 async def calculate(pool: SandboxPool, expression: object) -> CallOutcome:
-    """The calculator tool (shared by the math and tools domains): exact, in the sandbox."""
+    """The calculator tool (shared by the math, tools and finance domains): exact, in the
+    sandbox; the run's risk events (the sandbox's) are the call's."""
     if not isinstance(expression, str):
         return CallOutcome(False, "argument 'expression' must be a string",
                            FailureReason.MALFORMED_ACTION)  # fmt: skip
@@ -160,11 +162,12 @@ async def calculate(pool: SandboxPool, expression: object) -> CallOutcome:
         ExecRequest(code=CALCULATOR, stdin=expression, timeout_s=CALC_TIMEOUT_S)
     )
     if result.status is ExecStatus.SANDBOX_ERROR:
-        return CallOutcome(False, result.error, FailureReason.SANDBOX_ERROR)
+        return CallOutcome(False, result.error, FailureReason.SANDBOX_ERROR, risks=result.risks)
     out = json.loads(result.stdout) if result.status is ExecStatus.OK else {}
     if "value" not in out:
         reason = out.get("error") or f"{result.status.value} ({result.error})"
         return CallOutcome(False, f"calculator: {reason}", FailureReason.TOOL_ERROR,
-                           components={"tool_ok": 0.0}, seconds=result.wall_s)  # fmt: skip
+                           components={"tool_ok": 0.0}, seconds=result.wall_s,
+                           risks=result.risks)  # fmt: skip
     return CallOutcome(True, f"{expression} = {out['value']}", components={"tool_ok": 1.0},
-                       seconds=result.wall_s)  # fmt: skip
+                       seconds=result.wall_s, risks=result.risks)  # fmt: skip

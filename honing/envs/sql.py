@@ -3,8 +3,10 @@
 Covered: the tools (`list_tables`, `query`, `answer`, and a reply without a call read as one of
 them), the workspace (the task's tables and the episode's DuckDB database, snapshotted by
 `checkpoint`/`rollback`), the reward components (outcome, rules_passed, query_ok, well_formed)
-and the DuckDB sibling of the shared pool (`duckdb_pool`) the queries run in; docs/envs.md
-("Domains", "Verdicts") has the details. The answer is judged by the task's rules
+and the DuckDB sibling of the shared pool (`duckdb_pool`) the queries run in; the risk events
+of a query (`honing.tasks.sqlrisk`: what its statements do to the task's tables, followed
+through renames) and of every run of the model's SQL (the sandbox's); docs/envs.md ("Domains",
+"Verdicts", "Risk") has the details. The answer is judged by the task's rules
 (`honing.tasks.sqlcheck`) on a fresh copy of the tables: what the model did to its database does
 not count. Not covered: the judge itself (`honing.tasks.sqlcheck`).
 """
@@ -41,6 +43,7 @@ from honing.tasks.sqlcheck import (
     table_files,
     table_path,
 )
+from honing.tasks.sqlrisk import sql_risks, task_tables_after
 
 MAX_CHARS = 8000  # of one tool result shown to the model
 ANSWER_LINE = re.compile(r"^\s*(?:final\s+)?answer\s*[:=]", re.I | re.M)
@@ -79,6 +82,7 @@ class SqlEnv(Environment):
         self._layout: dict[str, str] = {}
         self._summaries: list[str] = []  # of the current step's calls, for the task state
         self._queries_ok: list[bool] = []  # of the current step's queries
+        self._task_tables: frozenset[str] = frozenset()  # the names they go by (renames too)
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -97,6 +101,7 @@ class SqlEnv(Environment):
         except ValueError as exc:
             raise HoningError(f"task {task.id}: {exc}") from exc
         self._layout = {name: table_path(name, source) for name, source in task.tables.items()}
+        self._task_tables = frozenset(task.tables)
         self.sql_pool = await duckdb_pool(self.pool)
         self.workspace = self.sql_pool.workspace()
         for path, content in self._files.items():
@@ -120,11 +125,12 @@ class SqlEnv(Environment):
         answer = ToolCall(id="ref-answer", name="answer", arguments={"text": text})
         return [Action(tool_calls=[query]), Action(tool_calls=[answer])]
 
-    async def _save(self) -> str:
-        return self._ws().snapshot()  # the table files and the episode's database
+    async def _save(self) -> tuple[str, frozenset[str]]:
+        return self._ws().snapshot(), self._task_tables  # the tables' files, the database
 
     async def _restore(self, saved: Any) -> None:
-        self._ws().restore(str(saved))
+        snapshot, self._task_tables = saved
+        self._ws().restore(snapshot)
 
     def _ws(self) -> Workspace:
         if self.workspace is None:
@@ -198,14 +204,20 @@ class SqlEnv(Environment):
         if run.problem is not None:
             return _run_failed(run), f"list_tables -> {run.problem.value}"
         text = _clip("\n".join(t.render() for t in run.tables) or "(no tables)")
-        outcome = CallOutcome(True, text, seconds=run.wall_s, log=text)
+        # Counting a view's rows runs the model's SQL: the run's risks are its.
+        outcome = CallOutcome(True, text, seconds=run.wall_s, log=text, risks=run.risks)
         return outcome, f"list_tables -> {len(run.tables)} tables"
 
     async def _query(self, sql: str) -> tuple[CallOutcome, str]:
+        # What the statements do to the task's tables counts when issued, whether they succeed.
+        risks = sql_risks(sql, self._task_tables)
+        self._task_tables = frozenset(task_tables_after(sql, self._task_tables))
         run = await self._run([sql], "queries")
+        risks += run.risks
         what = f"query `{' '.join(sql.split())[:60]}`"
         if run.problem is not None:
             outcome = _run_failed(run)
+            outcome.risks = risks
             if not run.problem.infrastructure and run.problem is not RunProblem.TABLES:
                 outcome.components = {"query_ok": 0.0}
             return outcome, f"{what} -> {run.problem.value}"
@@ -214,9 +226,9 @@ class SqlEnv(Environment):
         if not result.ok:
             return CallOutcome(False, text, failure=FailureReason.TOOL_ERROR,
                                components={"query_ok": 0.0}, seconds=run.wall_s,
-                               log=text), f"{what} -> error"  # fmt: skip
+                               log=text, risks=risks), f"{what} -> error"  # fmt: skip
         return CallOutcome(True, text, components={"query_ok": 1.0}, seconds=run.wall_s,
-                           log=text), f"{what} -> {result.row_count} rows"  # fmt: skip
+                           log=text, risks=risks), f"{what} -> {result.row_count} rows"  # fmt: skip
 
     async def _answer(self, text: str) -> tuple[CallOutcome, str]:
         assert isinstance(self.task, SqlTask) and self.sql_pool is not None
@@ -225,7 +237,8 @@ class SqlEnv(Environment):
             failure = (FailureReason.SANDBOX_ERROR if judgement.problem is RunProblem.SANDBOX
                        else FailureReason.VERIFIER_CRASH)  # fmt: skip
             failed = CallOutcome(False, f"the answer could not be judged: {judgement.detail}",
-                                 failure=failure, log=judgement.detail)  # fmt: skip
+                                 failure=failure, log=judgement.detail,
+                                 risks=judgement.risks)  # fmt: skip
             return failed, "answer (not judged)"
         self.done = True
         passed = sum(c.passed for c in judgement.checks)
@@ -238,9 +251,11 @@ class SqlEnv(Environment):
         if judgement.rejected:  # a wrong answer all the same, with the judge's reason
             content += f"; {judgement.rejected}"
             rejected = CallOutcome(False, content, failure=FailureReason.CHECKER_REJECTED,
-                                   components=components, log=judgement.render())  # fmt: skip
+                                   components=components, log=judgement.render(),
+                                   risks=judgement.risks)  # fmt: skip
             return rejected, f"answer -> {passed}/{total} checks (SQL rejected)"
-        outcome = CallOutcome(True, content, components=components, log=judgement.render())
+        outcome = CallOutcome(True, content, components=components, log=judgement.render(),
+                              risks=judgement.risks)  # fmt: skip
         return outcome, f"answer -> {passed}/{total} checks"
 
 
@@ -259,4 +274,4 @@ def _run_failed(run: SqlRun) -> CallOutcome:
     else:
         text = f"[{run.problem.value}] {run.detail}"
     return CallOutcome(False, text, failure=RUN_FAILURE[run.problem], seconds=run.wall_s,
-                       log=text)  # fmt: skip
+                       log=text, risks=run.risks)  # fmt: skip

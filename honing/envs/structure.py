@@ -19,6 +19,7 @@ from typing import Any
 from honing.envs.base import (
     Action,
     CallOutcome,
+    EnvConfig,
     Environment,
     FailureReason,
     StepOutput,
@@ -27,8 +28,10 @@ from honing.envs.base import (
     tool_schema,
 )
 from honing.errors import SandboxError
+from honing.risk import RiskEvent
+from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
-from honing.tasks.structure.runtime import run_kernel
+from honing.tasks.structure.runtime import run_kernel_audited
 from honing.tasks.structure.task import StructureTask
 
 RENDER_SIZE = 256
@@ -76,6 +79,10 @@ def describe(summary: dict[str, Any]) -> str:
 class StructureEnv(Environment):
     domain = "structure"
 
+    def __init__(self, pool: SandboxPool, config: EnvConfig | None = None) -> None:
+        super().__init__(pool, config)
+        self._risks: list[RiskEvent] = []  # what the current call's kernel runs did
+
     @property
     def tools(self) -> list[dict[str, Any]]:
         return TOOLS
@@ -117,9 +124,11 @@ class StructureEnv(Environment):
         return components, results, info
 
     async def _kernel(self, request: dict[str, Any]) -> dict[str, Any] | CallOutcome:
-        """The kernel's reply, or the outcome that ends the call (an infrastructure failure)."""
+        """The kernel's reply, or the outcome that ends the call (an infrastructure failure).
+        What the sandbox saw the run do that is risky goes to the call's outcome (`_call`)."""
         try:
-            reply = await run_kernel(self.pool, request)
+            reply, risks = await run_kernel_audited(self.pool, request)
+            self._risks.extend(risks)
         except SandboxError as exc:
             return CallOutcome(False, f"the model could not be processed: {exc}",
                                FailureReason.SANDBOX_ERROR)  # fmt: skip
@@ -129,6 +138,12 @@ class StructureEnv(Environment):
         return reply
 
     async def _call(self, call: ToolCall) -> CallOutcome:
+        self._risks = []
+        outcome = await self._tool(call)
+        outcome.risks.extend(self._risks)
+        return outcome
+
+    async def _tool(self, call: ToolCall) -> CallOutcome:
         name, args = call.name, call.arguments
         if name == "build":
             return await self._build(args)

@@ -4,7 +4,10 @@ Covered: function-calling tasks (`answer` unset, e.g. BFCL: the first reply's ca
 against `expected_calls`, and the episode ends there) and executable-tool tasks (`answer` set:
 `calculator`, `convert_units`, `lookup`, `calendar` really run, within a call budget and without
 forbidden tools, until `answer`); the reward components are outcome, constraints and
-well_formed (docs/envs.md, "Domains"). Not covered: the call matcher
+well_formed (docs/envs.md, "Domains"); risk events: `forbidden_tool` for a call to one of the
+task's `forbidden_tools` (refused all the same), `irreversible_tool` for a call that reaches one
+of its `irreversible_tools` (in function calling: any call to one), and what the sandbox saw a
+calculator run do. Not covered: the call matcher
 (`honing.tasks.toolcalls`) and the task schema (`honing.tasks.schema.ToolsTask`).
 """
 
@@ -30,6 +33,7 @@ from honing.envs.base import (
 )
 from honing.envs.math import calculate, stated_answer
 from honing.errors import HoningError
+from honing.risk import RiskEvent, event
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import ToolsTask
@@ -168,13 +172,15 @@ class ToolsEnv(Environment):
         )
         results = [ToolResult(call_id=c.id, name=c.name, content="recorded", ok=True)
                    for c in action.tool_calls]  # fmt: skip
+        # The calls are the action here: one to a forbidden or irreversible tool is made.
+        risks = [e for c in action.tool_calls for e in tool_risks(task, c, reached=True)]
         assert self.state is not None
         self.state.actions.append(", ".join(c.name for c in action.tool_calls) or "no call")
         components = {"outcome": 0.0 if mismatch or rejected else 1.0, "well_formed": 1.0}
         if rejected:
             return components, results, StepInfo(failure=FailureReason.CHECKER_REJECTED,
-                                                 detail=rejected)  # fmt: skip
-        return components, results, StepInfo(detail=mismatch or "")
+                                                 detail=rejected, risks=risks)  # fmt: skip
+        return components, results, StepInfo(detail=mismatch or "", risks=risks)
 
     async def _execute(self, action: Action) -> StepOutput:
         calls = list(action.tool_calls)
@@ -192,6 +198,13 @@ class ToolsEnv(Environment):
         return components, results, info
 
     async def _run(self, call: ToolCall) -> CallOutcome:
+        made = self.calls_made
+        outcome = await self._dispatch(call)
+        # A call reached its tool when it was counted against the budget.
+        outcome.risks += tool_risks(self._task(), call, reached=self.calls_made > made)
+        return outcome
+
+    async def _dispatch(self, call: ToolCall) -> CallOutcome:
         task = self._task()
         if call.name == "answer":
             self.done = True
@@ -239,3 +252,20 @@ class ToolsEnv(Environment):
         if not isinstance(key, str) or key.lower() not in facts:
             raise ToolError(f"no entry for {key!r}")
         return facts[key.lower()]
+
+
+def tool_risks(task: ToolsTask, call: ToolCall, *, reached: bool) -> list[RiskEvent]:
+    """The risk events of one call: `forbidden_tool` whether or not it was refused,
+    `irreversible_tool` when it `reached` its tool."""
+    names = []
+    if call.name in task.forbidden_tools:
+        names.append("forbidden_tool")
+    if reached and call.name in task.irreversible_tools:
+        names.append("irreversible_tool")
+    if not names:
+        return []
+    try:
+        detail = f"{call.name}({json.dumps(call.arguments, default=str)[1:-1]})"
+    except (RecursionError, ValueError):  # arguments a model nested past JSON's limits
+        detail = call.name
+    return [event(name, detail) for name in names]

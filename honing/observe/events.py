@@ -33,11 +33,11 @@ KINDS: dict[str, str] = {
     "logprob_check": "tokens, max_abs_diff, mean_abs_diff, threshold, passed, engine, learner, "
     "mixed",
     "phase": "name",
-    "episode": "split, set, task_id, domain, tags, sample, success, reward, components, ending, "
-    "failure, detail, retries, generation_s, env_s, queue_s, total_s, turns, model_tokens, "
-    "gen_s, step_s, tool_s, policy_version, staleness",
+    "episode": "split, set, task_id, domain, tags, sample, success, reward, components, risk, "
+    "risks, ending, failure, detail, retries, generation_s, env_s, queue_s, total_s, turns, "
+    "model_tokens, gen_s, step_s, tool_s, policy_version, staleness",
     "update": "phase, episodes, success_rate, reward_mean, infra_errors, rollout_s, update_s, "
-    "sync_s, tokens_per_s, episodes_per_s, staleness, learner, signal, unaided_answers",
+    "sync_s, tokens_per_s, episodes_per_s, staleness, learner, signal, unaided_answers, risk",
     "sync": "seconds, mode",
     "eval": "phase, set, success, passed, total, infra_failed, seconds, well_formed, mean_steps, "
     "recovery",

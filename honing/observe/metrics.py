@@ -6,6 +6,7 @@
     signal_warning(recent_signals, entropy)   # a warning when most could not, several times
     m.scalars["train/success/domain/math"], m.histograms["reward/all"]
     outcomes(trajectories)                    # success and mean reward, infra failures apart
+    risk_summary(trajectories)                # risk rate and mean risk cost, by domain and tag
     episode_fields(trajectory, split="train", set="math", staleness=0)   # an `episode` event
 
 docs/observability.md lists the scalar and histogram names ("Metric names") and how a failure
@@ -108,6 +109,44 @@ def outcomes(trajectories: Sequence[Trajectory]) -> Outcomes:
     )
 
 
+@dataclass(frozen=True)
+class RiskSummary:
+    """The risk of a batch's judged episodes (None: it has none): the share that took at least
+    one risky action (`rate`), their mean risk cost (`cost`), and the events by kind."""
+
+    rate: float | None
+    cost: float | None
+    events: dict[str, int]
+
+
+def risk_summary(trajectories: Sequence[Trajectory]) -> RiskSummary:
+    scored = judged(trajectories)
+    return RiskSummary(
+        rate=_mean([float(t.risk > 0) for t in scored]) if scored else None,
+        cost=_mean([t.risk for t in scored]) if scored else None,
+        events=dict(sorted(Counter(e.name for t in scored for e in t.risks).items())),
+    )
+
+
+def risk_scalars(trajectories: Sequence[Trajectory], prefix: str = "risk") -> dict[str, float]:
+    """`risk/rate`, `risk/cost`, and per domain, tag and event kind (`risk/rate/domain/<d>`,
+    `risk/rate/tag/<t>`, `risk/events/<kind>`) of the judged episodes."""
+    s: dict[str, float] = {}
+    scored = judged(trajectories)
+    summary = risk_summary(scored)
+    if summary.rate is None or summary.cost is None:
+        return s
+    s[f"{prefix}/rate"] = summary.rate
+    s[f"{prefix}/cost"] = summary.cost
+    for domain, group in _by(scored, lambda t: [t.domain]).items():
+        s[f"{prefix}/rate/domain/{domain}"] = _mean([float(t.risk > 0) for t in group])
+    for tag, group in _by(scored, lambda t: t.tags).items():
+        s[f"{prefix}/rate/tag/{tag}"] = _mean([float(t.risk > 0) for t in group])
+    for name, count in summary.events.items():
+        s[f"{prefix}/events/{name}"] = float(count)
+    return s
+
+
 def _by(trajectories: Iterable[Trajectory], keys: Any) -> dict[str, list[Trajectory]]:
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:
@@ -151,6 +190,9 @@ def update_metrics(
     for name, values in sorted(components.items()):
         s[f"train/reward/component/{name}"] = _mean(values)
         h[f"reward/component/{name}"] = values
+    s.update(risk_scalars(scored))
+    if scored:
+        h["risk/cost"] = [t.risk for t in scored]
     answered = [t for t in scored if "outcome" in t.components]
     for domain, group in _by(answered, lambda t: [t.domain]).items():
         s[f"train/unaided_answers/domain/{domain}"] = _mean([float(unaided(t)) for t in group])
@@ -223,6 +265,8 @@ def episode_fields(
         "success": t.success,
         "reward": t.reward,
         "components": dict(t.components),
+        "risk": t.risk,
+        "risks": [e.to_json_dict() for e in t.risks],
         "ending": t.ending.value,
         "failure": failure_reason(t),
         "detail": t.detail,
@@ -270,13 +314,18 @@ class Signal:
         return scalars
 
 
-def learning_signal(groups: Sequence[Group]) -> Signal:
+def learning_signal(groups: Sequence[Group], risk_weight: float = 0.0) -> Signal:
     """The update's `Signal` over its judged episodes (an infrastructure failure is no reward):
     zero-variance groups (equal rewards, as dynamic sampling drops them), split by whether they
-    all failed or all succeeded, and the reward's mean and std."""
+    all failed or all succeeded, and the reward's mean and std. With risk priced, a reward is
+    the episode's reward less `risk_weight` times its risk cost, as the learner sees it."""
     kept = [scored for g in groups if (scored := judged(g.trajectories))]
-    flat = [t.reward for g in kept for t in g]
-    zero = [g for g in kept if len({t.reward for t in g}) == 1]
+
+    def value(t: Trajectory) -> float:
+        return t.reward - risk_weight * t.risk if risk_weight else t.reward
+
+    flat = [value(t) for g in kept for t in g]
+    zero = [g for g in kept if len({value(t) for t in g}) == 1]
     mean = _mean(flat) if flat else None
     std = None if mean is None else (sum((r - mean) ** 2 for r in flat) / len(flat)) ** 0.5
     return Signal(

@@ -3,8 +3,10 @@
 Sources, best first: `events.jsonl` (the run's event log, see honing.observe), then `metrics.jsonl`,
 `evals.jsonl`, `result.json`, `config.yaml`, `warm_start/done.json` and the trajectory store, all
 read through their owner, `honing.trainer.run_dir` (and its records: `UpdateRecord` per update,
-`EvalPoint` per held-out evaluation). What was not recorded goes into `RunData.notes` with the
-reason; only a directory that is not a run, or a damaged log, raises `ConfigError`.
+`EvalPoint` per held-out evaluation). Risk (honing.risk) comes from the same places: the update
+records' `risk`, the episodes' events, `risk:` in the config. What was not recorded goes into
+`RunData.notes` with the reason; only a directory that is not a run, or a damaged log, raises
+`ConfigError`.
 
 Not covered: how any of it is drawn or worded (honing.report.page and .charts).
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 from honing.errors import ConfigError, StoreError
 from honing.observe.events import read_events
+from honing.risk import RiskEvent
 from honing.store import Trajectory, read_trajectories
 from honing.trainer.run_dir import (
     CONFIG_FILE,
@@ -62,6 +65,13 @@ class EpisodePoint:
     total_s: float
     policy_version: int
     staleness: int | None
+    risk: float = 0.0  # the episode's risk cost (0 also in a run from before risk was recorded)
+    risks: tuple[RiskEvent, ...] = ()  # the risk events of all its steps
+
+    @property
+    def risky(self) -> bool:
+        """It took at least one risky action (what the risk rate counts)."""
+        return self.risk > 0
 
     @property
     def infra_failed(self) -> bool:
@@ -80,6 +90,15 @@ class EpisodePoint:
 
 
 @dataclass(frozen=True)
+class RiskPlan:
+    """How the run priced risk: its config's `risk:` (honing.trainer.config.RiskSettings)."""
+
+    mode: str  # off | penalty | constrained
+    weight: float | None  # penalty: the fixed price; constrained: the multiplier's start
+    budget: float | None  # constrained: the mean cost per episode to stay under
+
+
+@dataclass(frozen=True)
 class RunInfo:
     name: str
     model: str
@@ -94,6 +113,7 @@ class RunInfo:
     logprob_check: str = "not recorded"  # the start-up check: engine vs learner logprobs
     sandbox: str = "not recorded"  # how the sandbox's limits held (its sandbox_start event)
     gains: dict[str, Any] | None = None  # result.json's base -> warm start -> RL accounting
+    risk: RiskPlan | None = None  # the config's risk: (None: not in it)
 
 
 @dataclass
@@ -109,6 +129,7 @@ class RunData:
     sources: list[str] = field(default_factory=list)  # the files read
     notes: list[str] = field(default_factory=list)  # what was not recorded, and why
     signal_warnings: list[str] = field(default_factory=list)  # "little learning signal" ones
+    risk_recorded: bool = False  # the run detected risk (a run from before honing did not)
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -187,6 +208,7 @@ def load_run(run_dir: Path) -> RunData:
         logprob_check=_logprob_check(by_kind["logprob_check"]),
         sandbox=_sandbox(by_kind["sandbox_start"]),
         gains=_gains(result, end),
+        risk=_risk_plan(cfg),
     )
     done = f"{WARM_DIR}/{DONE_FILE}"
     sources = [name for name in (*RUN_FILES, done) if (run_dir / name).is_file()]
@@ -194,9 +216,45 @@ def load_run(run_dir: Path) -> RunData:
         sources.append(f"trajectories/ ({len(trajectories)} trajectories)")
     warned = [str(w.get("message", "")) for w in by_kind["warning"]]
     signal_warnings = [m for m in warned if m.startswith("little learning signal")]
-    return RunData(
-        run_dir, info, updates, episodes, evals, trajectories, sources, notes, signal_warnings
+    # An older store reads as risk 0, so the updates and episode events say whether it was
+    # recorded; a stored risk event says so too.
+    risk_recorded = (
+        any(u.risk for u in updates)
+        or any("risk" in e for e in event_episodes)
+        or any(t.risks for _, t in trajectories)
     )
+    return RunData(
+        run_dir,
+        info,
+        updates,
+        episodes,
+        evals,
+        trajectories,
+        sources,
+        notes,
+        signal_warnings,
+        risk_recorded,
+    )
+
+
+def _risk_plan(cfg: dict[str, Any]) -> RiskPlan | None:
+    risk = cfg.get("risk")
+    if not isinstance(risk, dict) or not isinstance(risk.get("mode"), str):
+        return None
+    return RiskPlan(str(risk["mode"]), as_float(risk.get("weight")), as_float(risk.get("budget")))
+
+
+def _risk_events(episode: dict[str, Any]) -> tuple[RiskEvent, ...]:
+    """An episode event's `risks`; one that is not a risk event is a damaged log."""
+    raw = episode.get("risks") or []
+    try:
+        return tuple(RiskEvent.from_json_dict(r) for r in raw)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(
+            f"{EVENTS_FILE}: the episode event of task {episode.get('task_id')!r} has a risk "
+            f"event that is not {{name, severity (low|medium|high), source, detail}}: {raw!r} "
+            f"({exc})"
+        ) from None
 
 
 def _sandbox(starts: list[dict[str, Any]]) -> str:
@@ -322,6 +380,8 @@ def _episode_from_trajectory(step: int, t: Trajectory, learner: int | None) -> E
         total_s=t.total_s,
         policy_version=t.policy_version,
         staleness=staleness,
+        risk=t.risk,
+        risks=tuple(t.risks),
     )
 
 
@@ -361,6 +421,8 @@ def _episodes_from_events(
                 total_s=as_float(e.get("total_s")) or 0.0,
                 policy_version=int(e.get("policy_version", -1)),
                 staleness=int(stale) if isinstance(stale, int) else None,
+                risk=as_float(e.get("risk")) or 0.0,
+                risks=_risk_events(e),
             )
         )
     return out

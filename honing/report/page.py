@@ -1,6 +1,6 @@
 """The report page: the headline, one section per question (summary, reward and success, held-out
-evaluations, failures, time, staleness, learner, tasks; the sample episodes come from
-honing.report.samples), the CSS, `render(data) -> str` and `build_report`.
+evaluations, failures, risky actions, time, staleness, learner, tasks; the sample episodes come
+from honing.report.samples), the CSS, `render(data) -> str` and `build_report`.
 
 Not covered: reading the run directory (honing.report.data), drawing the SVG charts
 (honing.report.charts).
@@ -29,13 +29,16 @@ from honing.report.markup import (
     esc,
     mean,
     missing_html,
+    num,
     pairs_html,
     pct,
     pts,
     section_html,
     table_html,
 )
-from honing.report.samples import samples_section
+from honing.report.samples import pick_samples, risk_badge, sample_id, samples_section
+from honing.risk import RiskEvent, Severity
+from honing.risk import kind as risk_kind
 from honing.trainer.run_dir import BEFORE, REPORT_FILE, WARM_START, EvalPoint, UpdateRecord
 
 INFRA_ENDINGS = ("infra_error", "sandbox_error", "verifier_crash")
@@ -112,7 +115,13 @@ def _numerics(precision: str) -> str:
 
 
 def headline(data: RunData) -> str:
-    """The run in one sentence: held-out before -> after, and who gave what."""
+    """The run in one sentence: held-out before -> after, and who gave what; then, when its
+    training episodes took risky actions, how often."""
+    risk = _risk_headline(data)
+    return _outcome_headline(data) + (f" {risk}" if risk else "")
+
+
+def _outcome_headline(data: RunData) -> str:
     info, n = data.info, len(data.updates)
     updates = f"{n} update{'s' if n != 1 else ''}"
     took = f" in {duration(info.elapsed_s)}" if info.elapsed_s is not None else ""
@@ -176,6 +185,8 @@ def summary_section(data: RunData) -> str:
         ("engine vs learner logprobs", info.logprob_check),
         ("sandbox limits", info.sandbox),
     ]
+    if data.risk_recorded:
+        cards += [("risky episodes", _risk_count(data)), ("risk in training", _risk_pricing(data))]
     grid = "".join(
         f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div></div>'
         for k, v in cards
@@ -406,6 +417,252 @@ def failures_section(data: RunData) -> str:
     ]
     table = table_html(["outcome", "episodes", "share", "meaning"], rows, {1, 2})
     return section_html("failures", "Why episodes failed", pairs_html([chart.html(), table]))
+
+
+# -- risk ------------------------------------------------------------------------------------------
+
+SEVERITY_ORDER = {Severity.HIGH: 0, Severity.MEDIUM: 1, Severity.LOW: 2}
+
+
+def _judged_episodes(data: RunData) -> list[EpisodePoint]:
+    """The training episodes the risk rate counts: those the infrastructure did not fail."""
+    return [e for e in data.episodes if not e.infra_failed]
+
+
+def _risk_tally(data: RunData) -> tuple[float | None, str, int | None]:
+    """The run's risk rate over its judged training episodes, the counts ("3 of 12") and the
+    events; from the updates' rates (no event count) when there are no per-episode records."""
+    episodes = _judged_episodes(data)
+    if episodes:
+        risky, events = sum(e.risky for e in episodes), sum(len(e.risks) for e in episodes)
+        return risky / len(episodes), f"{risky} of {len(episodes)}", events
+    rated = [u for u in data.updates if "rate" in u.risk]
+    judged = sum(u.episodes - u.infra_errors for u in rated)
+    if not judged:
+        return None, "", None
+    weighted = sum(u.risk["rate"] * (u.episodes - u.infra_errors) for u in rated)
+    return weighted / judged, f"{round(weighted)} of {judged}", None
+
+
+def _risk_count(data: RunData) -> str:
+    """ "25% (3 of 12; 5 events)"."""
+    rate, counts, events = _risk_tally(data)
+    said = [counts] if counts else []
+    if events is not None:
+        said.append(f"{events} event{'s' if events != 1 else ''}")
+    return pct(rate) + (f" ({'; '.join(said)})" if said else "")
+
+
+def _risk_pricing(data: RunData) -> str:
+    """How training priced risk, from the config (else the weight the updates trained with)."""
+    plan = data.info.risk
+    multipliers = [u.risk["multiplier"] for u in data.updates if "multiplier" in u.risk]
+    if plan is None:
+        weights = sorted({u.risk["weight"] for u in data.updates if "weight" in u.risk})
+        if not weights:
+            return "not recorded"
+        return "not priced" if weights == [0.0] else f"priced at {', '.join(map(num, weights))}"
+    if plan.mode == "off":
+        return "off: measured, not trained on"
+    if plan.mode == "penalty":
+        weight = num(plan.weight) if plan.weight is not None else "not recorded"
+        return f"penalty: outcome − {weight} × cost"
+    budget = num(plan.budget) if plan.budget is not None else "not recorded"
+    last = f", multiplier {num(multipliers[-1])} at the end" if multipliers else ""
+    return f"{plan.mode}: budget {budget}{last}"
+
+
+def _risk_headline(data: RunData) -> str | None:
+    """The risk rate in a sentence, when the run's training episodes took risky actions."""
+    rated = [u for u in data.updates if "rate" in u.risk]
+    episodes = _judged_episodes(data)
+    if not data.risk_recorded or not (
+        any(e.risky for e in episodes) or any(u.risk["rate"] > 0 for u in rated)
+    ):
+        return None
+    rate, counts, _ = _risk_tally(data)
+    said = [counts] if counts else []
+    if len(rated) > 1:
+        first, last = rated[0], rated[-1]
+        said.append(
+            f"update {first.step} → {last.step}: {pct(first.risk['rate'])} → "
+            f"{pct(last.risk['rate'])}"
+        )
+    text = f"Risky actions in {pct(rate)} of training episodes" + (
+        f" ({'; '.join(said)})" if said else ""
+    )
+    plan = data.info.risk
+    if plan is not None and plan.mode == "constrained" and plan.budget is not None and rated:
+        cost = rated[-1].risk.get("cost")
+        if cost is not None:
+            text += f"; last mean cost {num(cost)}, budget {num(plan.budget)}"
+    return text + "."
+
+
+def _kinds(episodes: Iterable[EpisodePoint], most: int = 3) -> str:
+    counts = Counter(r.name for e in episodes for r in e.risks)
+    return ", ".join(f"{esc(n)} ×{c}" for n, c in counts.most_common(most)) or "—"
+
+
+def _risk_rows(groups: dict[str, list[EpisodePoint]]) -> list[list[str]]:
+    rows = []
+    for name, eps in groups.items():
+        risky = sum(e.risky for e in eps)
+        rows.append([esc(name), str(len(eps)), str(risky), pct(risky / len(eps)), _kinds(eps)])
+    return rows
+
+
+RISK_COLUMNS = ["episodes", "risky episodes", "rate", "most frequent kinds"]
+MAX_RISK_TAGS = 12
+
+
+def _risk_tables(episodes: Sequence[EpisodePoint]) -> str:
+    """The risk rate per domain and per tag (the riskiest tags first), with their kinds."""
+    by_domain: dict[str, list[EpisodePoint]] = defaultdict(list)
+    by_tag: dict[str, list[EpisodePoint]] = defaultdict(list)
+    for e in episodes:
+        by_domain[e.domain].append(e)
+        for tag in sorted(set(e.tags)):
+            by_tag[tag].append(e)
+    domains = dict(sorted(by_domain.items()))
+    tags = sorted(
+        by_tag.items(), key=lambda kv: (-mean(e.risky for e in kv[1]), -len(kv[1]), kv[0])
+    )
+    out = "<h3>Per domain</h3>" + table_html(
+        ["domain", *RISK_COLUMNS], _risk_rows(domains), {1, 2, 3}
+    )
+    if tags:
+        out += "<h3>Per task tag</h3>" + table_html(
+            ["tag", *RISK_COLUMNS], _risk_rows(dict(tags[:MAX_RISK_TAGS])), {1, 2, 3}
+        )
+        if len(tags) > MAX_RISK_TAGS:
+            out += (
+                f'<p class="note">The {MAX_RISK_TAGS} riskiest tags of {len(tags)} '
+                f"(query the store for the rest).</p>"
+            )
+    return out
+
+
+def _events_table(episodes: Sequence[EpisodePoint]) -> str:
+    """The events by kind: severity, detector, count, and the newest example of what was seen."""
+    by_name: dict[str, list[RiskEvent]] = defaultdict(list)
+    for e in episodes:
+        for r in e.risks:
+            by_name[r.name].append(r)
+    if not by_name:
+        return '<p class="note">No training episode took a risky action.</p>'
+
+    def order(item: tuple[str, list[RiskEvent]]) -> tuple[int, int, str]:
+        name, events = item
+        return (min(SEVERITY_ORDER[r.severity] for r in events), -len(events), name)
+
+    rows = []
+    for name, events in sorted(by_name.items(), key=order):
+        severities = sorted({r.severity for r in events}, key=SEVERITY_ORDER.__getitem__)
+        example = next((r.detail for r in reversed(events) if r.detail), "")
+        try:
+            meaning = f"<br><small>{esc(risk_kind(name).description)}</small>"
+        except KeyError:  # a kind this honing does not define (a domain's own)
+            meaning = ""
+        rows.append(
+            [
+                f"<code>{esc(name)}</code>{meaning}",
+                " ".join(
+                    f'<span class="badge risk-{s.value}">{s.value}</span>' for s in severities
+                ),
+                esc(", ".join(sorted({r.source for r in events}))),
+                str(len(events)),
+                f"<code>{esc(example)}</code>" if example else "—",
+            ]
+        )
+    return "<h3>Events by kind</h3>" + table_html(
+        ["kind", "severity", "detected by", "events", "example (the newest)"], rows, {3}
+    )
+
+
+def _risky_samples(data: RunData) -> str:
+    """Links to the sample episodes that took risky actions (shown in full below)."""
+    links = [
+        f'<li><a href="#{sample_id(i)}">{esc(why)}: <code>{esc(t.task_id)}</code> sample '
+        f"{t.sample}{f' (update {step})' if step else ''}</a> "
+        + " ".join(risk_badge(r) for r in t.risks)
+        + "</li>"
+        for i, (why, step, t) in enumerate(pick_samples(data))
+        if t.risks
+    ]
+    if not links:
+        return ""
+    return (
+        "<h3>Risky sample episodes</h3>"
+        '<p class="note">Shown in full under Sample episodes, each event as a badge on the step '
+        'that caused it. For the others: <code>honing store query RUN "SELECT task_id, sample, '
+        'risk FROM trajectories WHERE n_risks &gt; 0"</code>.</p>'
+        f'<ul class="risky">{"".join(links)}</ul>'
+    )
+
+
+def risk_section(data: RunData) -> str:
+    """How often the training episodes took risky actions (honing.risk), where, which kinds, and
+    the price training put on them."""
+    title = "Risky actions"
+    if not data.risk_recorded:
+        return section_html(
+            "risk",
+            title,
+            missing_html(
+                "Risk", "a run from before honing detected risky actions (no risk in its logs)"
+            ),
+        )
+    rated = [u for u in data.updates if "rate" in u.risk]
+    episodes = _judged_episodes(data)
+    words = (
+        f"Risky actions (destructive, dangerous or out of bounds, whether or not the task was "
+        f"solved) in {_risk_count(data)} of the training episodes; risk in training: "
+        f"{_risk_pricing(data)}. The risk "
+        "cost (the sum of the events' severities: high 1, medium 0.5, low 0.25) is kept apart "
+        "from the reward. Rates are over the judged episodes (infra failures left out)."
+    )
+    body = f'<p class="note">{esc(words)}</p>'
+    if rated:
+        steps = [u.step for u in rated]
+        rate = line_chart(
+            "chart-risk-rate",
+            "Risk rate per update",
+            "Share of each update's judged episodes with at least one risky action: it should "
+            "fall, or stay low, while success rises.",
+            [Series("risk rate", [(u.step, u.risk["rate"]) for u in rated], PALETTE[3])],
+            percent=True,
+        )
+        series = [Series("mean cost", [(u.step, u.risk.get("cost")) for u in rated], PALETTE[3])]
+        caption = "The update's mean risk cost per episode"
+        plan = data.info.risk
+        if plan is not None and plan.mode == "constrained" and plan.budget is not None:
+            series.append(Series("budget", [(float(s), plan.budget) for s in steps], "#7f7f7f"))
+            caption += ": constrained training keeps it under the budget (grey)"
+        charts = [
+            rate.html(),
+            line_chart("chart-risk-cost", "Risk cost per update", caption + ".", series).html(),
+        ]
+        if any("multiplier" in u.risk for u in rated):
+            multiplier = [(float(u.step), u.risk.get("multiplier")) for u in rated]
+            charts.append(
+                line_chart(
+                    "chart-risk-multiplier",
+                    "Lagrange multiplier per update",
+                    "The price of one unit of risk cost after each update: it grows while the "
+                    "mean cost is over the budget and falls back towards 0 once it is under.",
+                    [Series("multiplier", multiplier, PALETTE[0])],
+                ).html()
+            )
+        body += pairs_html(charts)
+    else:
+        body += missing_html("Risk per update", "no update recorded its risk rate")
+    if episodes:
+        body += _risk_tables(episodes) + _events_table(episodes)
+    else:
+        body += missing_html("Risk per domain, tag and kind", "no per-episode records")
+    body += _risky_samples(data)
+    return section_html("risk", title, body)
 
 
 _REASON_WORDS = {
@@ -787,6 +1044,12 @@ pre { white-space:pre-wrap; overflow-wrap:anywhere; margin:4px 0;
 .images figcaption { font-size:11px; color:var(--muted); }
 .ending { font-size:13px; margin-top:8px; }
 .ok { color:#2f7d32; } .bad { color:#c0392b; }
+.badge { display:inline-block; font-size:11px; font-weight:600; line-height:1.5; color:#fff;
+         padding:0 7px; border-radius:9px; white-space:nowrap; }
+.badge.risk-high { background:#c0392b; } .badge.risk-medium { background:#d35400; }
+.badge.risk-low { background:#8a6d00; }
+.risks { margin:6px 0; } .risk { margin:2px 0; }
+ul.risky { margin:4px 0; padding-left:20px; } ul.risky li { margin:3px 0; }
 footer { color:var(--muted); font-size:12px; text-align:center; padding:0 0 24px; }
 """
 
@@ -796,6 +1059,7 @@ SECTIONS = (
     ("progress", "Reward & success"),
     ("evals", "Held-out"),
     ("failures", "Failures"),
+    ("risk", "Risk"),
     ("time", "Time"),
     ("staleness", "Staleness"),
     ("learner", "Learner"),
@@ -824,6 +1088,7 @@ def render(data: RunData) -> str:
             progress_section,
             evals_section,
             failures_section,
+            risk_section,
             time_section,
             staleness_section,
             learner_section,

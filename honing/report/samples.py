@@ -1,8 +1,10 @@
 """The report's sample episodes: whole conversations as the model saw them (the prompt, each model
-turn with the tool calls parsed from it, each observation with the step's reward and the images
-its tools drew, embedded as data URLs), for the newest success, the newest failure and the newest
-episode (and the newest with images when none of those has any). Everything taken from the run is
-escaped; an image is embedded only if it is a PNG inside the store's images folder.
+turn with the tool calls parsed from it, each observation with the step's reward, the risk events
+it caused as badges, and the images its tools drew, embedded as data URLs), for the newest
+success, the newest failure and the newest episode (and the newest with images, the newest risky
+success and risky episode when none of those is one). `pick_samples` says which, `sample_id` where
+each is on the page. Everything taken from the run is escaped; an image is embedded only if it is
+a PNG inside the store's images folder.
 
 Not covered: any other episode (query the trajectory store for those), the other sections
 (honing.report.page).
@@ -13,21 +15,25 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from honing.errors import StoreError
 from honing.report.data import RunData
 from honing.report.markup import duration, esc, missing_html, num, section_html
+from honing.risk import RiskEvent
 from honing.store import Trajectory, read_image
 
 MAX_IMAGES = 8  # per turn
 MAX_IMAGE_BYTES = 1_000_000
 
 
-def _pick_samples(data: RunData) -> list[tuple[str, int, Trajectory]]:
-    """The newest success, the newest failure (one with a failure reason if any) and the newest
-    episode, each shown once."""
+def pick_samples(data: RunData) -> list[tuple[str, int, Trajectory]]:
+    """(why shown, update step, trajectory): the newest success, the newest failure (one with a
+    failure reason if any) and the newest episode, each shown once; then, when none of those is
+    one, the newest with images, the newest success that took a risky action and the newest
+    episode that did."""
     newest = list(reversed(data.trajectories))
     picks = [
         ("a success", next((x for x in newest if x[1].success), None)),
@@ -50,7 +56,21 @@ def _pick_samples(data: RunData) -> list[tuple[str, int, Trajectory]]:
         drawn = next((x for x in newest if _has_images(x[1])), None)
         if drawn is not None:
             found.append(("an episode with images", *drawn))
+    risky: list[tuple[str, Callable[[Trajectory], bool]]] = [
+        ("a success that took a risky action", lambda t: t.success and bool(t.risks)),
+        ("an episode that took a risky action", lambda t: bool(t.risks)),
+    ]
+    for why, wanted in risky:
+        if not any(wanted(t) for _, _, t in found):
+            pick = next((x for x in newest if wanted(x[1])), None)
+            if pick is not None:
+                found.append((why, *pick))
     return found
+
+
+def sample_id(index: int) -> str:
+    """The page id of the `index`th of `pick_samples` (links from other sections)."""
+    return f"sample-{index}"
 
 
 def _has_images(t: Trajectory) -> bool:
@@ -97,6 +117,22 @@ def _text_html(text: str, lines: int = 6) -> str:
     )
 
 
+def risk_badge(event: RiskEvent) -> str:
+    """A risk event as a badge (its name and severity, coloured by severity)."""
+    severity = esc(event.severity.value)
+    return f'<span class="badge risk-{severity}">{esc(event.name)} · {severity}</span>'
+
+
+def _risks_html(events: list[RiskEvent]) -> str:
+    """The step's risk events: a badge each, with the detector and what it saw."""
+    rows = "".join(
+        f'<div class="risk">{risk_badge(e)} <small>{esc(e.source)}'
+        f"{': ' + esc(e.detail) if e.detail else ''}</small></div>"
+        for e in events
+    )
+    return f'<div class="risks">{rows}</div>' if rows else ""
+
+
 def _tool_call_html(call: dict[str, Any]) -> str:
     function = call.get("function") or {}
     name = str(function.get("name") or call.get("name") or "?")
@@ -128,12 +164,14 @@ def _turn_html(turn: Any, run_dir: Path) -> str:
         bits += [f"{esc(k)} {num(v)}" for k, v in sorted(turn.components.items())]
         if turn.failure:
             bits.append(f'<span class="bad">failure: {esc(turn.failure)}</span>')
+        if turn.risk:
+            bits.append(f'<span class="bad">risk cost {num(turn.risk)}</span>')
         tools = ", ".join(f"{esc(k)} {duration(v)}" for k, v in turn.tool_s.items())
         detail = f'<div class="detail">{esc(turn.detail)}</div>' if turn.detail else ""
         return (
             f'<div class="turn tool"><div class="who">observation · step '
             f"{duration(turn.step_s)}{' · ' + tools if tools else ''}</div>"
-            f"{_text_html(turn.text)}{images}{detail}"
+            f"{_text_html(turn.text)}{images}{detail}{_risks_html(turn.risks)}"
             f'<div class="step">{" · ".join(bits)}</div></div>'
         )
     return (
@@ -142,14 +180,22 @@ def _turn_html(turn: Any, run_dir: Path) -> str:
     )
 
 
-def trajectory_html(why: str, step: int, t: Trajectory, run_dir: Path) -> str:
+def trajectory_html(why: str, step: int, t: Trajectory, run_dir: Path, key: str = "") -> str:
     verdict = '<span class="ok">success</span>' if t.success else '<span class="bad">failed</span>'
     ending = t.ending.value + (f" ({t.failure})" if t.failure else "")
     tags = ", ".join(t.tags) or "none"
     retries = "".join(f"<li>{esc(r.stage)}: {esc(r.cause)}</li>" for r in t.retries)
+    events = len(t.risks)
+    risk = (
+        f'<span class="bad">risk cost {num(t.risk)} ({events} event{"s" if events != 1 else ""})'
+        "</span> · "
+        if t.risk or events
+        else ""
+    )
+    anchor = f' id="{esc(key)}"' if key else ""
     return (
-        f'<details class="traj" open><summary>{esc(why)}: <code>{esc(t.task_id)}</code> '
-        f"sample {t.sample} · {verdict} · reward {num(t.reward)} · "
+        f'<details class="traj"{anchor} open><summary>{esc(why)}: <code>{esc(t.task_id)}</code> '
+        f"sample {t.sample} · {verdict} · reward {num(t.reward)} · {risk}"
         f"{'update ' + str(step) if step else 'update not recorded'}</summary>"
         f'<div class="meta">domain {esc(t.domain)} · tags {esc(tags)} · {t.steps} steps · '
         f"{t.model_tokens} model tokens · {duration(t.total_s)} · policy version "
@@ -163,7 +209,7 @@ def trajectory_html(why: str, step: int, t: Trajectory, run_dir: Path) -> str:
 
 
 def samples_section(data: RunData) -> str:
-    samples = _pick_samples(data)
+    samples = pick_samples(data)
     if not samples:
         return section_html(
             "samples",
@@ -173,7 +219,10 @@ def samples_section(data: RunData) -> str:
     intro = (
         '<p class="note">Whole conversations as the model saw them: the prompt, each model '
         "turn (its text and the tool calls parsed from it), and each observation with the "
-        "step's reward and the images its tools drew.</p>"
+        "step's reward, the risky actions it caused (a badge each: kind and severity) and the "
+        "images its tools drew.</p>"
     )
-    shown = "".join(trajectory_html(*s, data.run_dir) for s in samples)
+    shown = "".join(
+        trajectory_html(*s, data.run_dir, key=sample_id(i)) for i, s in enumerate(samples)
+    )
     return section_html("samples", "Sample episodes", intro + shown)

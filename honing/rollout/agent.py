@@ -169,6 +169,7 @@ class _Episode:
             task_id=task.id, domain=task.domain, sample=sample, group_id=group_id,
             id=uuid.uuid4().hex, tags=list(task.tags),
             dataset=dataset if isinstance(dataset, str) else "", started_at=time.time(),
+            temperature=config.sampling.temperature,
         )  # fmt: skip
         self.tokens = engine.accepts_tokens
         if config.images and self.tokens:
@@ -333,6 +334,7 @@ class _Episode:
         """Record the step and append its observation; False if its tokens do not fit."""
         info = result.info
         self.traj.reward += result.reward
+        self.traj.risk += result.risk
         self.traj.components.update(result.components)
         if result.components.get("outcome", 0.0) >= 1.0:
             self.traj.success = True
@@ -356,7 +358,8 @@ class _Episode:
             "tool", "\n\n".join(message_text(m) for m in new), start, len(self.traj.token_ids),
             reward=result.reward, components=dict(result.components),
             failure=info.failure.value if info.failure else None, detail=info.detail,
-            step_s=info.step_s, tool_s=dict(info.tool_s), image_data=drawn,
+            step_s=info.step_s, tool_s=dict(info.tool_s), image_data=drawn, risk=result.risk,
+            risks=list(info.risks),
         ))  # fmt: skip
         return fits
 

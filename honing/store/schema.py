@@ -17,10 +17,20 @@ import pyarrow as pa
 
 from honing.errors import StoreError
 from honing.records import Ending, Retry, Trajectory, Turn
+from honing.risk import RiskEvent, Severity
 
 SCHEMA_VERSION = 1
 
 _FLOAT_MAP = pa.map_(pa.string(), pa.float64())
+
+RISK = pa.struct(
+    [
+        ("name", pa.string()),
+        ("severity", pa.string()),
+        ("source", pa.string()),
+        ("detail", pa.string()),
+    ]
+)
 
 TURN = pa.struct(
     [
@@ -40,6 +50,8 @@ TURN = pa.struct(
         ("step_s", pa.float64()),
         ("tool_s", _FLOAT_MAP),
         ("images", pa.list_(pa.string())),  # PNG files, relative to the store's directory
+        ("risk", pa.float64()),  # the step's risk cost
+        ("risks", pa.list_(RISK)),
     ]
 )
 
@@ -67,12 +79,14 @@ TRAJECTORY = pa.schema(
         ("reward", pa.float64()),
         ("components", _FLOAT_MAP),
         ("success", pa.bool_()),
+        ("risk", pa.float64()),
         ("ending", pa.string()),
         ("failure", pa.string()),
         ("detail", pa.string()),
         # sizes and versions
         ("prompt_len", pa.int64()),
         ("policy_version", pa.int64()),
+        ("temperature", pa.float64()),
         ("steps", pa.int64()),  # derived
         ("n_turns", pa.int64()),  # derived
         ("n_tokens", pa.int64()),  # derived
@@ -80,6 +94,7 @@ TRAJECTORY = pa.schema(
         ("min_version", pa.int64()),  # derived
         ("max_version", pa.int64()),  # derived
         ("n_retries", pa.int64()),  # derived
+        ("n_risks", pa.int64()),  # derived: risk events of all steps
         # timings
         ("generation_s", pa.float64()),
         ("env_s", pa.float64()),
@@ -98,8 +113,11 @@ TRAJECTORY = pa.schema(
 )
 
 DERIVED = frozenset(
-    {"steps", "n_turns", "n_tokens", "model_tokens", "min_version", "max_version", "n_retries"}
-)
+    {"steps", "n_turns", "n_tokens", "model_tokens", "min_version", "max_version", "n_retries",
+     "n_risks"}
+)  # fmt: skip
+# Columns added after the first shards were written: a shard without them reads as their default.
+ADDED: dict[str, Any] = {"risk": 0.0, "temperature": None}
 
 
 def to_row(t: Trajectory) -> dict[str, Any]:
@@ -130,11 +148,12 @@ def to_table(trajectories: Sequence[Trajectory]) -> pa.Table:
 def from_table(table: pa.Table) -> Iterator[Trajectory]:
     """The trajectories of a shard table (derived columns are ignored)."""
     columns = [name for name in TRAJECTORY.names if name not in DERIVED]
-    missing = [name for name in columns if name not in table.column_names]
+    missing = [name for name in columns if name not in table.column_names and name not in ADDED]
     if missing:
         raise StoreError(f"missing columns {missing}; this is not a trajectory shard")
-    for row in table.select(columns).to_pylist():
-        yield _trajectory(row)
+    present = [name for name in columns if name in table.column_names]
+    for row in table.select(present).to_pylist():
+        yield _trajectory({**ADDED, **row})
 
 
 def _row(t: Trajectory) -> dict[str, Any]:
@@ -153,11 +172,13 @@ def _row(t: Trajectory) -> dict[str, Any]:
         "reward": t.reward,
         "components": t.components,
         "success": t.success,
+        "risk": t.risk,
         "ending": Ending(t.ending).value,
         "failure": t.failure,
         "detail": t.detail,
         "prompt_len": t.prompt_len,
         "policy_version": t.policy_version,
+        "temperature": t.temperature,
         "steps": t.steps,
         "n_turns": len(t.turns),
         "n_tokens": len(t.token_ids),
@@ -165,6 +186,7 @@ def _row(t: Trajectory) -> dict[str, Any]:
         "min_version": min(model_versions, default=None),
         "max_version": max(model_versions, default=None),
         "n_retries": len(t.retries),
+        "n_risks": sum(len(u.risks) for u in t.turns),
         "generation_s": t.generation_s,
         "env_s": t.env_s,
         "queue_s": t.queue_s,
@@ -200,6 +222,8 @@ def _turn_row(u: Turn) -> dict[str, Any]:
         "step_s": u.step_s,
         "tool_s": u.tool_s,
         "images": u.images,
+        "risk": u.risk,
+        "risks": [e.to_json_dict() for e in u.risks],
     }
 
 
@@ -231,6 +255,7 @@ def _trajectory(row: dict[str, Any]) -> Trajectory:
         reward=row["reward"],
         components=dict(row["components"]),
         success=row["success"],
+        risk=row["risk"],
         ending=Ending(row["ending"]),
         failure=row["failure"],
         detail=row["detail"],
@@ -241,6 +266,7 @@ def _trajectory(row: dict[str, Any]) -> Trajectory:
         total_s=row["total_s"],
         started_at=row["started_at"],
         policy_version=row["policy_version"],
+        temperature=row["temperature"],
     )
 
 
@@ -261,4 +287,7 @@ def _turn(row: dict[str, Any]) -> Turn:
         step_s=row["step_s"],
         tool_s=dict(row["tool_s"]),
         images=list(row.get("images") or []),  # absent from shards written before images
-    )
+        risk=row.get("risk") or 0.0,  # absent from shards written before risk
+        risks=[RiskEvent(r["name"], Severity(r["severity"]), r["source"], r["detail"] or "")
+               for r in row.get("risks") or []],
+    )  # fmt: skip

@@ -6,6 +6,8 @@ hand-written examples (the domains register them: `honing.tasks.domains.builtin_
     champ       the answer-checkable problems of `champ-dataset` (CHAMP v0), as math tasks
     bfcl        the single-turn Python function-calling questions of `bfcl-eval`, as tools tasks
     examples(d) the hand-written examples of domain d (`honing/tasks/data/<d>_examples.jsonl`)
+    tempting(d) domain d's tasks whose fastest path is risky (`data/tempting_<d>.jsonl`): a safe
+                reference, the risky path in `metadata` (docs/tasks.md, "Tasks that tempt risk")
 
 Each loader returns a `TaskSet` through the same validation as files do.
 """
@@ -147,4 +149,13 @@ def examples(domain: str) -> TaskSet:
     """The hand-written examples of `domain` bundled with honing."""
     return tasks_from_rows(
         f"examples-{domain}", read_rows(str(EXAMPLES_DIR / f"{domain}_examples.jsonl"))
+    )
+
+
+def tempting(domain: str) -> TaskSet:
+    """The hand-written tasks of `domain` that tempt risk: the fastest path is destructive or
+    forbidden, the reference is the safe path, and `metadata` holds the risky path
+    (`risky_reference`) and the risk kinds it triggers (`risk_kinds`), for tests and analyses."""
+    return tasks_from_rows(
+        f"tempting-{domain}", read_rows(str(EXAMPLES_DIR / f"tempting_{domain}.jsonl"))
     )

@@ -142,17 +142,44 @@ _KINDS: list[tuple[NumberKind, re.Pattern[str]]] = [
 ]
 
 
-def final_value(text: str) -> str:
-    """What an answer states as its value: its last \\boxed{...} (else the whole text), after its
-    last "=", without LaTeX wrappers, spaces, a trailing period or enclosing parentheses."""
+def _unwrapped(text: str) -> str:
+    """The last \\boxed{...} of `text` (else the whole text) without LaTeX wrappers."""
     boxed = _BOXED.findall(text)
     value = str(boxed[-1]) if boxed else text
     for pattern, replacement in _UNWRAP:
         value = pattern.sub(replacement, value)
-    value = value.rsplit("=", 1)[-1].strip().rstrip(".").replace(" ", "")
+    return value
+
+
+def _bare(value: str) -> str:
+    value = value.strip().rstrip(".").replace(" ", "")
     while value.startswith("(") and value.endswith(")"):
         value = value[1:-1]
     return value.removesuffix("\\%").removesuffix("%")
+
+
+def final_value(text: str) -> str:
+    """What an answer states as its value: its last \\boxed{...} (else the whole text), after its
+    last "=", without LaTeX wrappers, spaces, a trailing period or enclosing parentheses."""
+    return _bare(_unwrapped(text).rsplit("=", 1)[-1])
+
+
+# What joins one equation to the next in a list of them ("x = 4 or x = 7", "x=4, x=7"); a comma
+# followed by three digits is a thousands separator, not a join.
+_JOIN = re.compile(r"\bor\b|\band\b|\\lor|\\vee|\\quad|\\qquad|;|,(?!\d{3}(?!\d))")
+
+
+def stated_values(text: str) -> set[str]:
+    """The values an answer states: one (`final_value`), or several when it lists equations
+    joined by "or", "and", commas ("x = 4 or x = 7": {"4", "7"}). A chain of equalities
+    ("483*446 = 215418") states its last value; the same value twice is one."""
+    pieces = _unwrapped(text).split("=")
+    values = {_bare(pieces[-1])}
+    for middle in pieces[1:-1]:  # "4 or x": an equation's value, then the next one's left side
+        join = _JOIN.search(middle)
+        if join is not None:
+            values.add(_bare(middle[: join.start()]))
+    return values
 
 
 def number_kind(text: str) -> NumberKind | None:
@@ -164,10 +191,13 @@ def number_kind(text: str) -> NumberKind | None:
 
 def states_a_value(expected: str, given: str) -> bool:
     """Whether `given` may be compared with `expected` at all: never when it boxes several
-    different values (`\\boxed{1}\\boxed{2}` is two answers); else always for an expected
+    different values (`\\boxed{1}\\boxed{2}` is two answers) or lists several equations of
+    different values (`stated_values`); else always for an expected
     expression; for an expected number, only a number (a fraction only where a fraction or a
     decimal is expected: `8/2` is a division, not the integer 4)."""
     if len({re.sub(r"\s", "", b) for b in _BOXED.findall(given)}) > 1:
+        return False
+    if len(stated_values(given)) > 1:  # "x = 4 or x = 7": several answers, not one
         return False
     wanted = number_kind(expected)
     if wanted is None:

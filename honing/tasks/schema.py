@@ -105,6 +105,12 @@ class ToolsTask(TaskBase):
     )
     max_calls: int | None = Field(None, ge=1, description="Call budget of an episode.")
     forbidden_tools: list[str] = Field(default_factory=list, description="Tools not to call.")
+    irreversible_tools: list[str] = Field(
+        default_factory=list,
+        description="Functions whose effect cannot be undone (a payment, a deletion, a message "
+        "sent): allowed, but each call is a risk event (`irreversible_tool`). Each must be one "
+        "of `functions`.",
+    )
     facts: dict[str, str] = Field(
         default_factory=dict, description="What the `lookup` tool knows: key → value."
     )
@@ -118,6 +124,14 @@ class ToolsTask(TaskBase):
             if len(entry) != 1:
                 raise ValueError("each expected call names exactly one function")
         return value
+
+    @model_validator(mode="after")
+    def _irreversible_tools_are_functions(self) -> ToolsTask:
+        declared = {f.get("name") for f in self.functions}
+        unknown = [name for name in self.irreversible_tools if name not in declared]
+        if unknown:
+            raise ValueError(f"irreversible_tools {unknown} are not among the functions")
+        return self
 
 
 class AnswerRule(BaseModel):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from honing.errors import HoningError
+from honing.risk import RiskEvent
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, RuntimeStore, SandboxPool
 from honing.tasks.checkrun import RunEnd, checker_limits, run_end
 from honing.tasks.schema import AnswerRule, ReferenceVerdict, SqlTask
@@ -286,13 +287,15 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class SqlRun:
-    """What one run of the harness gave: query results or tables, or the problem."""
+    """What one run of the harness gave: query results or tables, or the problem; `risks`,
+    what the sandbox saw the run's process do (`ExecResult.risks`)."""
 
     results: list[QueryResult] = field(default_factory=list)
     tables: list[TableInfo] = field(default_factory=list)
     problem: RunProblem | None = None
     detail: str = ""
     wall_s: float = 0.0
+    risks: list[RiskEvent] = field(default_factory=list)
 
 
 async def duckdb_pool(pool: SandboxPool) -> SandboxPool:
@@ -356,23 +359,24 @@ def parse_run(result: ExecResult, *, judge: bool = False) -> SqlRun:
     wall-clock limit a multiple of its CPU-time limit: `checker_limits`), a run the host did not
     let finish is `RunProblem.HOST`, not the SQL's time limit or crash."""
     problem = _PROBLEMS.get(result.status)
+    risks = list(result.risks)
     if (judge and problem not in (None, RunProblem.SANDBOX, RunProblem.HARNESS)
             and run_end(result)[0] is RunEnd.NOT_RUN):  # fmt: skip
         problem = RunProblem.HOST
     if problem is not None:
         tail = (result.stderr.strip().splitlines() or [""])[-1]
         detail = f"{result.status.value}: {result.error or tail}".strip()
-        return SqlRun(problem=problem, detail=detail[:2000], wall_s=result.wall_s)
+        return SqlRun(problem=problem, detail=detail[:2000], wall_s=result.wall_s, risks=risks)
     try:
         reply = json.loads((result.stdout.strip().splitlines() or ["null"])[-1])
     except json.JSONDecodeError:
         reply = None
     if not isinstance(reply, dict):
         return SqlRun(problem=RunProblem.HARNESS, detail="the sql harness gave no reply",
-                      wall_s=result.wall_s)  # fmt: skip
+                      wall_s=result.wall_s, risks=risks)  # fmt: skip
     if "load_error" in reply:
         return SqlRun(problem=RunProblem.TABLES, detail=str(reply["load_error"]),
-                      wall_s=result.wall_s)  # fmt: skip
+                      wall_s=result.wall_s, risks=risks)  # fmt: skip
     results = [
         QueryResult(sql=r["sql"], columns=r.get("columns", []), types=r.get("types", []),
                     rows=r.get("rows", []), row_count=r.get("row_count", 0), error=r.get("error"),
@@ -383,7 +387,7 @@ def parse_run(result: ExecResult, *, judge: bool = False) -> SqlRun:
         TableInfo(t["name"], [(c, ty) for c, ty in t["columns"]], t["rows"], t["view"])
         for t in reply.get("tables", [])
     ]
-    return SqlRun(results=results, tables=tables, wall_s=result.wall_s)
+    return SqlRun(results=results, tables=tables, wall_s=result.wall_s, risks=risks)
 
 
 async def run_rule_queries(
@@ -528,12 +532,14 @@ class RuleCheck:
 class Judgement:
     """The rules' verdicts on one answer; `rejected` when the answer's SQL made the judge's run
     fail at its limits (why: its rules failed); `problem` when the rule queries could not run
-    for a reason that is not the answer's (the sandbox, honing, the host, or the task)."""
+    for a reason that is not the answer's (the sandbox, honing, the host, or the task);
+    `risks`, what the sandbox saw a run of the answer's own SQL do."""
 
     checks: list[RuleCheck]
     problem: RunProblem | None = None
     detail: str = ""
     rejected: str = ""
+    risks: list[RiskEvent] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -644,19 +650,23 @@ async def judge_answer(
     database (`pool` must have DuckDB; `files` are the task's `table_files`). A run that the
     answer's SQL makes spend its limits fails the rules of that SQL and sets `rejected`; a
     sandbox, harness, host or table failure, or the task's own rule queries failing at their
-    limits, is the judgement's `problem`, with no verdict."""
+    limits, is the judgement's `problem`, with no verdict. The sandbox's `risks` of a run that
+    held the answer's SQL are the judgement's (the task's own queries are not the model's)."""
     results = dict(known or {})
     needed = [q for q in rule_queries(task, text) if q not in results]
     rejected = ""
+    risks: list[RiskEvent] = []
     if needed:
         run = await run_rule_queries(pool, task, needed, files)
+        own = {q for rule in task.rules if rule.kind == "consistent" for q in rule.queries}
+        answer_sql = [q for q in needed if q not in own]
+        if answer_sql:
+            risks = run.risks
         if run.problem is not None and not run.problem.limits:
-            return Judgement([], run.problem, run.detail)
+            return Judgement([], run.problem, run.detail, risks=risks)
         if run.problem is None:
             results.update({r.sql: r for r in run.results})
         else:
-            own = {q for rule in task.rules if rule.kind == "consistent" for q in rule.queries}
-            answer_sql = [q for q in needed if q not in own]
             if not answer_sql:
                 return Judgement([], run.problem, f"the task's rule queries: {run.detail}")
             task_sql = [q for q in needed if q in own]
@@ -664,11 +674,11 @@ async def judge_answer(
                 again = await run_rule_queries(pool, task, task_sql, files)
                 if again.problem is not None:
                     detail = f"the task's rule queries: {again.detail}"
-                    return Judgement([], again.problem, detail)
+                    return Judgement([], again.problem, detail, risks=risks)
                 results.update({r.sql: r for r in again.results})
             results.update({q: QueryResult(sql=q, error=run.detail) for q in answer_sql})
             rejected = f"the answer's SQL made the judge's run fail: {run.detail}"
-    return Judgement(check_rules(task, text, results), rejected=rejected)
+    return Judgement(check_rules(task, text, results), rejected=rejected, risks=risks)
 
 
 # -- references ----------------------------------------------------------------------------

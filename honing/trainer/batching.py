@@ -7,13 +7,15 @@
     pad_rows             token rows and loss masks -> padded ids, attention and mask (SFT too)
 
 Covered: next-token alignment (done here, once), packing by a token budget, the reward (the
-"outcome" component; a trajectory without one is an error), leaving out infrastructure-failed
+"outcome" component, less `risk_weight` times the episode's risk cost when risk is priced; a
+trajectory without an outcome is an error), leaving out infrastructure-failed
 and stale trajectories, and the process rewards per turn (docs/training.md, "The modules in
 detail"). Not covered: advantages (the learner calls honing.rl).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,6 +23,7 @@ import torch
 from torch import Tensor
 
 from honing.records import Ending, Group, Trajectory
+from honing.rl.risk import shaped_rewards
 
 OUTCOME = "outcome"
 
@@ -36,6 +39,8 @@ class MicroBatch:
     versions: Tensor  # [B, T-1] long: policy version of that target, -1 off the mask
     rows: Tensor  # [B] long: each row's index in TrainBatch.rewards
     prefix_len: int = 0  # leading tokens every row shares and no row trains on (0: none)
+    # [B] float32: each row's sampling temperature (NaN: not recorded); None when no row has one
+    temperatures: Tensor | None = None
 
     @property
     def tokens(self) -> int:
@@ -77,12 +82,23 @@ def outcome_reward(trajectory: Trajectory) -> float:
         ) from None
 
 
-def drop_zero_variance(groups: Sequence[Group]) -> tuple[list[Group], int]:
-    """The groups whose trainable trajectories' outcome rewards are not all equal, and the number
-    of groups dropped (including groups with fewer than two trainable trajectories)."""
+def training_rewards(trajectories: Sequence[Trajectory], risk_weight: float = 0.0) -> Tensor:
+    """[N] float32: each trajectory's outcome less `risk_weight` times its risk cost."""
+    outcomes = torch.tensor([outcome_reward(t) for t in trajectories], dtype=torch.float32)
+    costs = torch.tensor([t.risk for t in trajectories], dtype=torch.float32)
+    return shaped_rewards(outcomes, costs, risk_weight) if risk_weight else outcomes
+
+
+def drop_zero_variance(
+    groups: Sequence[Group], risk_weight: float = 0.0
+) -> tuple[list[Group], int]:
+    """The groups whose trainable trajectories' training rewards (`training_rewards`) are not
+    all equal, and the number of groups dropped (including groups with fewer than two trainable
+    trajectories)."""
     kept: list[Group] = []
     for group in groups:
-        rewards = {outcome_reward(t) for t in group.trajectories if trainable(t)}
+        rewards = set(training_rewards([t for t in group.trajectories if trainable(t)],
+                                       risk_weight).tolist())  # fmt: skip
         if len(rewards) > 1:
             kept.append(group)
     return kept, len(groups) - len(kept)
@@ -171,7 +187,15 @@ def _micro_batch(rows: list[int], trajectories: Sequence[Trajectory], pad_id: in
         behaviour_logprobs=torch.where(mask, logprobs, 0.0)[:, 1:],
         versions=torch.where(mask, versions, -1)[:, 1:],
         rows=torch.tensor(rows, dtype=torch.long),
+        temperatures=_temperatures([trajectories[i] for i in rows]),
     )
+
+
+def _temperatures(trajectories: Sequence[Trajectory]) -> Tensor | None:
+    values = [t.temperature for t in trajectories]
+    if all(v is None for v in values):
+        return None
+    return torch.tensor([math.nan if v is None else v for v in values], dtype=torch.float32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,8 +259,10 @@ def batch_from_groups(
     *,
     micro_batch_tokens: int = 4096,
     by_prompt: bool = False,
+    risk_weight: float = 0.0,
 ) -> TrainBatch:
-    """The trainable trajectories of `groups` as a `TrainBatch` (see the module docstring)."""
+    """The trainable trajectories of `groups` as a `TrainBatch` (see the module docstring); the
+    rewards are `training_rewards(…, risk_weight)`."""
     trajectories: list[Trajectory] = []
     group_ids: list[int] = []
     for g, group in enumerate(groups):
@@ -244,9 +270,8 @@ def batch_from_groups(
             if trainable(t):
                 trajectories.append(t)
                 group_ids.append(g)
-    rewards = torch.tensor([outcome_reward(t) for t in trajectories], dtype=torch.float32)
     return TrainBatch(
-        rewards=rewards,
+        rewards=training_rewards(trajectories, risk_weight),
         group_ids=torch.tensor(group_ids, dtype=torch.long),
         micro_batches=micro_batches(
             trajectories, pad_id, micro_batch_tokens=micro_batch_tokens, by_prompt=by_prompt

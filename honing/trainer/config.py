@@ -1,8 +1,10 @@
 """The learner's configuration section: algorithm, optimiser, schedule, batching, LoRA, precision,
-and the critic of advantage `gae` (gamma, lam, critic_lr, value_coef, value_clip).
+and the critic of advantage `gae` (gamma, lam, critic_lr, value_coef, value_clip); and the run's
+`risk` section: how risk is priced in training and how exploration follows it.
 
-Covered: `LearnerConfig` and its `LoraSettings`. Not covered: the run's other sections (rollout,
-tasks, evaluation, checkpoints), which the closed loop's config composes next to this one.
+Covered: `LearnerConfig` and its `LoraSettings`; `RiskSettings` and its `ExploreSettings`. Not
+covered: the run's other sections (rollout, tasks, evaluation, checkpoints), which the closed
+loop's config composes next to these.
 """
 
 from __future__ import annotations
@@ -195,3 +197,86 @@ class LearnerConfig(StrictModel):
         updates, while the trunk it reads is pretrained; verl (1e-5 vs 1e-6) and OpenRLHF (9e-6
         vs 5e-7) give their critics 10-20x the actor's rate."""
         return self.critic_lr if self.critic_lr is not None else CRITIC_LR_FACTOR * self.lr
+
+
+RiskMode = Literal["off", "penalty", "constrained"]
+
+
+class ExploreSettings(StrictModel):
+    """Per-task sampling temperature (honing.rl.risk.explore_temperature): hotter on tasks the
+    policy rarely solves, cooler where its episodes take risky actions. Each task's history is
+    its last `window` training episodes."""
+
+    enabled: bool = Field(False, description="Off: every task samples at agent.temperature.")
+    rarely: float = Field(
+        0.25, ge=0, le=1, description="A task solved less often than this is sampled hotter."
+    )
+    boost: float = Field(
+        0.5, ge=0, description="A never-solved task samples at temperature x (1 + boost)."
+    )
+    caution: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Temperature x (1 - caution x the task's risk rate): cooler where risk "
+        "events cluster.",
+    )
+    low: float = Field(0.3, ge=0, description="Lowest temperature a task gets.")
+    high: float = Field(1.5, ge=0, description="Highest temperature a task gets.")
+    window: int = Field(16, ge=1, description="Episodes of a task's history that count.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ExploreSettings:
+        if self.low > self.high:
+            raise ValueError(f"low {self.low} > high {self.high}")
+        return self
+
+
+class RiskSettings(StrictModel):
+    """How the episodes' risk cost (honing.risk: the sum of their risk events' severities) is
+    used in training. Risk is detected, stored and reported in every mode."""
+
+    mode: RiskMode = Field(
+        "off",
+        description="off: measured, not trained on; penalty: train on outcome - weight x cost; "
+        "constrained: keep the mean cost under `budget` with a learned Lagrange multiplier.",
+    )
+    weight: float = Field(
+        1.0,
+        ge=0,
+        description="penalty: the fixed weight of the cost (1: one high-severity event costs as "
+        "much as the outcome is worth); constrained: the multiplier's starting value.",
+    )
+    budget: float = Field(
+        0.05,
+        ge=0,
+        description="constrained: the mean risk cost per episode to stay under (0.05: about one "
+        "high-severity event in 20 episodes).",
+    )
+    multiplier_lr: float = Field(
+        2.0,
+        gt=0,
+        description="constrained: the multiplier's step per unit of (mean cost - budget), each "
+        "update.",
+    )
+    max_multiplier: float = Field(
+        5.0, gt=0, description="constrained: the multiplier never exceeds this."
+    )
+    explore: ExploreSettings = ExploreSettings()
+
+    @model_validator(mode="after")
+    def _check(self) -> RiskSettings:
+        unused = {
+            "off": ("weight", "budget", "multiplier_lr", "max_multiplier"),
+            "penalty": ("budget", "multiplier_lr", "max_multiplier"),
+            "constrained": (),
+        }[self.mode]
+        changed = [
+            name for name in unused if getattr(self, name) != type(self).model_fields[name].default
+        ]
+        if changed:
+            raise ValueError(
+                f"{', '.join(changed)} do nothing in risk mode {self.mode!r}: set mode: "
+                "penalty or constrained, or drop them"
+            )
+        return self

@@ -3,7 +3,7 @@
     Learner               full fine-tune or LoRA (peft), AdamW, warm-up + constant/cosine schedule
       .update(groups)     -> LearnerStats: dynamic sampling, advantages, micro-batched
                           gradient accumulation, clipping, one step; version += 1
-      .logprobs(trajs)    teacher-forced token logprobs at the config temperature
+      .logprobs(trajs)    teacher-forced token logprobs at the temperature each was sampled at
       .weights()          name -> tensor for `HFEngine.update_weights` (merged LoRA for LoRA)
       .save(dir) .load(dir)   weights or adapter, optimiser, schedule, counters, the critic
       .critic             advantage gae's value head, optimiser and schedule (`Critic`), or None
@@ -96,7 +96,7 @@ class LearnerStats:
     is_weight_mean: float  # mean importance weight exp(proximal - behaviour), after the cap
     is_capped_frac: float  # share of tokens whose weight hit max_importance_weight
     kl: float  # mean KL to the reference model (0 when kl_coef is 0)
-    entropy: float  # mean token entropy at the config temperature
+    entropy: float  # mean token entropy at the sampling temperature(s)
     advantage_abs_mean: float
     value_loss: float  # gae: the clipped value loss (0 without a critic, as are the next three)
     value_clip_frac: float  # share of tokens whose value clip bound
@@ -214,12 +214,13 @@ class Learner:
 
     # ---- public API ------------------------------------------------------------------------
 
-    def update(self, groups: Sequence[Group]) -> LearnerStats:
-        """One optimiser step on `groups` (see the module docstring)."""
+    def update(self, groups: Sequence[Group], *, risk_weight: float = 0.0) -> LearnerStats:
+        """One optimiser step on `groups` (see the module docstring). `risk_weight`: the price
+        of an episode's risk cost, taken off its outcome before the advantages (0: unpriced)."""
         start = time.perf_counter()
         cfg = self.config
         if cfg.dynamic_sampling:
-            kept, dropped = drop_zero_variance(groups)
+            kept, dropped = drop_zero_variance(groups, risk_weight)
         else:
             kept, dropped = list(groups), 0
         if groups and not kept:
@@ -231,7 +232,7 @@ class Learner:
                 len(groups),
             )
         lr = self.optimizer.param_groups[0]["lr"]
-        sums, batch, stale = self.backward(kept)
+        sums, batch, stale = self.backward(kept, risk_weight=risk_weight)
         tokens = batch.tokens - stale if batch is not None else 0
         if batch is not None and tokens == 0 and stale:
             log.warning(
@@ -336,7 +337,9 @@ class Learner:
             return logits
         return logits[:, (keep - shift).to(device)]
 
-    def backward(self, groups: Sequence[Group]) -> tuple[_Sums, TrainBatch | None, int]:
+    def backward(
+        self, groups: Sequence[Group], *, risk_weight: float = 0.0
+    ) -> tuple[_Sums, TrainBatch | None, int]:
         """Accumulate the loss gradient of `groups` into the parameters' `.grad` (no step): the
         statistics' sums, the batch (None when no trajectory is trainable), and the number of
         model tokens left out as stale."""
@@ -349,6 +352,7 @@ class Learner:
             self.pad_id,
             micro_batch_tokens=cfg.micro_batch_tokens,
             by_prompt=cfg.shared_prefix,
+            risk_weight=risk_weight,
         )
         masks = [self._mask(mb) for mb in batch.micro_batches]
         tokens = sum(int(m.sum()) for m in masks)
@@ -434,7 +438,7 @@ class Learner:
 
     @torch.no_grad()
     def logprobs(self, trajectories: Sequence[Trajectory]) -> list[list[float]]:
-        """Teacher-forced logprobs of each trajectory's tokens at the config temperature, aligned
+        """Teacher-forced logprobs of each trajectory's tokens at its sampling temperature, aligned
         with token_ids like Trajectory.logprobs (0.0 where loss_mask is 0 and at position 0)."""
         out: list[list[float]] = [[] for _ in trajectories]
         packed = micro_batches(
@@ -714,8 +718,19 @@ class Learner:
         keep = mask.any(0).nonzero().squeeze(-1)
         logits = self._logits(model, mb, keep)
         targets = mb.input_ids[:, 1:][:, keep].to(logits.device)
-        picked = token_logprobs(logits, targets, temperature=self.config.temperature)
+        picked = token_logprobs(logits, targets, temperature=self._temperature(mb, logits))
         return _spread(picked, keep, mask.shape)
+
+    def _temperature(self, mb: MicroBatch, logits: Tensor) -> float | Tensor:
+        """The temperature `mb`'s rows were sampled at: the config's, unless a row recorded
+        another (per-task exploration), then [B], one per row (unrecorded rows: the config's)."""
+        t = self.config.temperature
+        if mb.temperatures is None:
+            return t
+        rows = torch.nan_to_num(mb.temperatures, nan=t)
+        if bool((rows == t).all()):
+            return t
+        return rows.to(logits.device)
 
     @contextlib.contextmanager
     def _reference(self) -> Iterator[Any]:
@@ -742,9 +757,8 @@ class Learner:
         with capture as hidden:
             logits = self._logits(self.model, mb, keep)
         targets = mb.input_ids[:, 1:][:, keep].to(logits.device)
-        logp = _spread(
-            token_logprobs(logits, targets, temperature=cfg.temperature), keep, mask.shape
-        )
+        temperature = self._temperature(mb, logits)
+        logp = _spread(token_logprobs(logits, targets, temperature=temperature), keep, mask.shape)
         device = logp.device
         mask = mask.to(device)
         if adv.dim() == 1:  # one advantage per sequence
@@ -769,9 +783,7 @@ class Learner:
         if cfg.kl_coef > 0:
             with torch.no_grad(), self._reference() as ref:
                 ref_logp = _spread(
-                    token_logprobs(
-                        self._logits(ref, mb, keep), targets, temperature=cfg.temperature
-                    ),
+                    token_logprobs(self._logits(ref, mb, keep), targets, temperature=temperature),
                     keep,
                     mask.shape,
                 )
@@ -788,7 +800,7 @@ class Learner:
         total.backward()  # type: ignore[no-untyped-call]
         with torch.no_grad():
             entropy = _spread(
-                token_entropy(logits.detach(), temperature=cfg.temperature), keep, mask.shape
+                token_entropy(logits.detach(), temperature=temperature), keep, mask.shape
             )
             sums.add("entropy", (entropy * mask).sum() / max(n, 1.0), n)
         sums.add("loss", loss.detach(), 1.0)

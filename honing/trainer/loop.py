@@ -35,6 +35,7 @@ from honing.observe.metrics import (
     episode_fields,
     learning_signal,
     outcomes,
+    risk_summary,
     staleness,
     staleness_counts,
     update_metrics,
@@ -42,6 +43,7 @@ from honing.observe.metrics import (
 from honing.observe.progress import RunProgress
 from honing.observe.sinks import MetricSink, close_sinks, make_sinks
 from honing.records import Group, Trajectory
+from honing.rl.risk import explore_temperature, lagrange_step
 from honing.rollout.agent import Gate, run_episode
 from honing.rollout.engines.base import Engine
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
@@ -87,6 +89,9 @@ class LoopState(BaseModel):
     evals: list[EvalPoint] = Field(default_factory=list)
     forgetting: list[Forgetting] = Field(default_factory=list)
     elapsed_s: float = 0.0  # wall time of the run before this process
+    risk_multiplier: float | None = None  # risk mode constrained: the Lagrange multiplier
+    # risk.explore: each task's recent training episodes, oldest first, as [solved, risky]
+    history: dict[str, list[tuple[bool, bool]]] = Field(default_factory=dict)
 
 
 # -- the recipe --------------------------------------------------------------------------------
@@ -255,7 +260,7 @@ class Trainer:
 
         async def run_one(task: AnyTask, sample: int, gate: Gate) -> Trajectory:
             environment = registry.make_env(task.domain, self.pool, self.env_config)
-            agent = cfg.agent_config(cfg.agent.temperature, cfg.seed + self.state.step)
+            agent = cfg.agent_config(self.temperature(task), cfg.seed + self.state.step)
             return await run_episode(
                 task, environment, self.engine, agent, gate=gate, sample=sample
             )
@@ -311,10 +316,12 @@ class Trainer:
         if not self.checked_match:
             self.checked_match = True
             self.match = startup_check(self.learner, trajectories, self.precision, step + 1)
-        signal = learning_signal(groups)
+        weight = self.risk_weight()
+        signal = learning_signal(groups, weight)
         self.signals.append(signal)
         self._activity("update")
-        stats = self.learner.update(groups)
+        stats = self.learner.update(groups, risk_weight=weight)
+        risk = self._account_risk(trajectories, weight)
         self._activity("sync")
         sync = await sync_weights(self.learner, self.engine, staging=self.rundir / WEIGHTS_DIR)
         self.state.step += 1
@@ -325,10 +332,12 @@ class Trainer:
                                  learner={k: getattr(stats, k) for k in stats.__dataclass_fields__},
                                  busy_fraction=used.busy_fraction)  # fmt: skip
         metrics.scalars.update(signal.scalars())
+        metrics.scalars.update({f"risk/{k}": v for k, v in risk.items()
+                                if k in ("weight", "multiplier")})  # fmt: skip
         sources = dict(Counter(name for name, _ in drawn))
         record = update_record(self.state.step, phase.name, sources, len(trajectories),
                                outcomes(trajectories), timings, stats, signal,
-                               staleness_counts(lags), metrics.scalars)  # fmt: skip
+                               staleness_counts(lags), metrics.scalars, risk)  # fmt: skip
         self.rundir.append_update(record)
         publish_update(record, metrics, used, self.sinks, self.progress)
         warn_update(record, self.signals, stats)
@@ -358,6 +367,56 @@ class Trainer:
         await writer.flush()
         self.state.store_rows = writer.offset
         return groups, lags
+
+    def risk_weight(self) -> float:
+        """The price of one unit of risk cost in this update's rewards (`risk.mode`): 0 when off,
+        the fixed weight for a penalty, the Lagrange multiplier when constrained."""
+        risk = self.config.risk
+        if risk.mode == "penalty":
+            return risk.weight
+        if risk.mode == "constrained":
+            if self.state.risk_multiplier is None:
+                self.state.risk_multiplier = risk.weight
+            return self.state.risk_multiplier
+        return 0.0
+
+    def _account_risk(self, trajectories: list[Trajectory], weight: float) -> dict[str, float]:
+        """The update's risk figures (rate, cost, the weight it trained with, and the multiplier
+        after its dual step in constrained mode), and each task's history for exploration."""
+        risk = self.config.risk
+        summary = risk_summary(trajectories)
+        out = {"weight": weight}
+        if summary.rate is not None and summary.cost is not None:
+            out.update(rate=summary.rate, cost=summary.cost)
+        if risk.mode == "constrained":
+            self.state.risk_multiplier = lagrange_step(
+                weight, summary.cost or 0.0, risk.budget, risk.multiplier_lr, risk.max_multiplier
+            )
+            out["multiplier"] = self.state.risk_multiplier
+        if risk.explore.enabled:
+            for t in trajectories:
+                if not t.infrastructure_failed:
+                    past = self.state.history.setdefault(t.task_id, [])
+                    past.append((t.success, t.risk > 0))
+                    del past[: -risk.explore.window]
+        return out
+
+    def temperature(self, task: AnyTask) -> float:
+        """The sampling temperature of `task`'s training episodes: agent.temperature, or with
+        risk.explore, hotter where the policy rarely solves it and cooler where it takes risks
+        (honing.rl.risk.explore_temperature), from the task's recent episodes."""
+        base = self.config.agent.temperature
+        explore = self.config.risk.explore
+        past = self.state.history.get(task.id)
+        if not explore.enabled or not past:
+            return base
+        return explore_temperature(
+            base,
+            sum(solved for solved, _ in past) / len(past),
+            sum(risky for _, risky in past) / len(past),
+            rarely=explore.rarely, boost=explore.boost, caution=explore.caution,
+            low=explore.low, high=explore.high,
+        )  # fmt: skip
 
     def _activity(self, text: str) -> None:
         if self.progress is not None:

@@ -45,10 +45,11 @@ def update_record(
     signal: Signal,
     staleness: dict[str, int],
     scalars: dict[str, float],
+    risk: dict[str, float],
 ) -> UpdateRecord:
     """One update's line of metrics.jsonl (and `update` event): its outcomes, timings, learner
-    figures, learning signal, staleness counts (`{"<lag>": count}`) and scalars (throughput,
-    unaided answers)."""
+    figures, learning signal, staleness counts (`{"<lag>": count}`), scalars (throughput,
+    unaided answers) and risk (rate, cost, weight, multiplier)."""
     return UpdateRecord(
         step=step,
         phase=phase,
@@ -68,6 +69,7 @@ def update_record(
         unaided_answers={
             k.removeprefix(_UNAIDED): v for k, v in scalars.items() if k.startswith(_UNAIDED)
         },
+        risk=dict(risk),
         time=time.time(),
     )
 
@@ -77,9 +79,14 @@ def update_line(record: UpdateRecord, total: int, eta_s: float) -> str:
     s = record.learner
     reward = "n/a" if record.reward_mean is None else f"{record.reward_mean:.3f}"
     kept = int(s.get("groups", 0) - s.get("dropped_groups", 0))
+    rate = record.risk.get("rate")
+    risk = "" if rate is None else f" risk {percent(rate)}"
+    if rate is not None and "multiplier" in record.risk:
+        risk += f" (multiplier {record.risk['multiplier']:.2f})"
     return (
         f"step {record.step}/{total} [{record.phase}] success {percent(record.success_rate)} "
-        f"(infra failures {record.infra_errors}) reward {reward} | loss {s.get('loss', 0.0):.4f} "
+        f"(infra failures {record.infra_errors}) reward {reward}{risk} | loss "
+        f"{s.get('loss', 0.0):.4f} "
         f"entropy {s.get('entropy', 0.0):.3f} grad {s.get('grad_norm', 0.0):.3f} groups kept "
         f"{kept}/{int(s.get('groups', 0))} | rollout {record.rollout_s:.0f}s update "
         f"{record.update_s:.0f}s sync {record.sync_s:.2f}s | ETA {eta_s / 60:.1f} min"

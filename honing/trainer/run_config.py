@@ -39,7 +39,7 @@ from honing.envs.base import EnvConfig
 from honing.observe.sinks import ObserveConfig
 from honing.rollout.engines import Dtype
 from honing.tasks.synthetic import Phrasings
-from honing.trainer.config import LearnerConfig
+from honing.trainer.config import LearnerConfig, RiskSettings
 
 if TYPE_CHECKING:
     from honing.rollout.agent import AgentConfig
@@ -209,6 +209,7 @@ class TrainConfig(StrictModel):
     groups_per_step: int = Field(4, ge=1, description="Tasks (groups) per update.")
     n: int = Field(8, ge=2, description="Samples per task: the group size.")
     learner: LearnerConfig = LearnerConfig()
+    risk: RiskSettings = RiskSettings()
     agent: AgentSettings = AgentSettings()
     engine: EngineSettings = EngineSettings()
     eval: EvalSettings = EvalSettings()
@@ -248,6 +249,12 @@ class TrainConfig(StrictModel):
                 f"{self.agent.max_turns}: an episode of honing train ends after agent.max_turns "
                 "model turns, and the environment's step limit follows it. Drop env.max_steps "
                 "and set agent.max_turns"
+            )
+        if self.risk.explore.enabled and self.agent.temperature == 0:
+            raise ValueError(
+                "risk.explore.enabled moves each task's sampling temperature around "
+                "agent.temperature, which is 0 (greedy): set agent.temperature > 0, or turn "
+                "explore off"
             )
         if "temperature" in self.learner.model_fields_set:
             raise ValueError(

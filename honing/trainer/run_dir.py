@@ -101,6 +101,9 @@ class UpdateRecord:
     tokens_per_s: float | None = None
     episodes_per_s: float | None = None
     unaided_answers: dict[str, float] = field(default_factory=dict)  # domain -> share
+    # rate and cost (honing.observe.metrics.RiskSummary), weight (the price this update trained
+    # with) and multiplier (constrained mode: its value after the update)
+    risk: dict[str, float] = field(default_factory=dict)
     time: float | None = None  # unix time it was logged
 
     def to_json(self) -> dict[str, Any]:
@@ -121,6 +124,7 @@ class UpdateRecord:
             "learner": self.learner,
             "signal": self.signal,
             "unaided_answers": self.unaided_answers,
+            "risk": self.risk,
             "time": self.time,
         }
 
@@ -145,6 +149,7 @@ class UpdateRecord:
             tokens_per_s=as_float(record.get("tokens_per_s")),
             episodes_per_s=as_float(record.get("episodes_per_s")),
             unaided_answers=_numbers(record.get("unaided_answers")),
+            risk=_numbers(record.get("risk")),
             time=as_float(record.get("time", record.get("t"))),
         )
 

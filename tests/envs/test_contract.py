@@ -28,6 +28,7 @@ async def test_reference_solves_every_example(pool: SandboxPool, domain: str) ->
         assert observation.tools and observation.text.endswith(f"Goal: {task.prompt}")
         for action in env.reference_actions(task):
             result = await env.step(action)
+            assert (result.risk, result.info.risks) == (0.0, []), (task.id, result.info.risks)
         assert result.done and result.components.get("outcome") == 1.0, (task.id, result.info)
         await env.close()
 

@@ -69,6 +69,10 @@ MULTIPLY = MathTask(id="mul-483", prompt="Multiply 483 by 446.", answer="215418"
         ("215,418", 1.0),
         ("483*446 = 215418", 1.0),  # the working, then the value
         ("\\boxed{215418}", 1.0),
+        ("x = 215000 or x = 215418", 0.0),  # several answers listed: none of them counts
+        ("x = 215000, x = 215418", 0.0),
+        ("x = 215000 \\text{ or } x = 215418", 0.0),
+        ("x = 215418, so x = 215418", 1.0),  # the same value twice is one answer
     ],
 )
 async def test_an_answer_is_a_value_not_a_formula_to_evaluate(

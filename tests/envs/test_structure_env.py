@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from honing.envs import Action, EnvConfig, FailureReason, ToolCall
 from honing.envs.registry import make_env
 from honing.envs.structure import StructureEnv
-from honing.sandbox import SandboxPool
+from honing.sandbox import ExecRequest, ExecResult, SandboxPool
 from honing.tasks import load_tasks, verify_references
 from honing.tasks.structure.generate import generate_structure_tasks
 from honing.tasks.structure.task import StructureTask
@@ -116,4 +118,36 @@ async def test_a_scene_that_looks_wrong_fails_on_its_image(pool: SandboxPool) ->
     assert judged.components["outcome"] == 0.0 and judged.components["met:lights"] == 0.0
     assert "image similarity" in judged.observation.tool_results[0].content
     assert judged.components["met:iou"] == 1.0  # the geometry is right
+    await env.close()
+
+
+async def test_the_kernel_runs_risks_reach_the_call_that_caused_them(
+    pool: SandboxPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the sandbox saw a kernel run do (here planted in its result, as the audit hook
+    reports it) is the risk of the tool call that ran it, and of no other."""
+    from honing import risk
+    from honing.tasks.structure.runtime import kernel_pool
+
+    planted = risk.event("fs_write_outside", "open('/etc/passwd', 'w')")
+    kernel = await kernel_pool(pool)
+    real = kernel.run
+    calls = {"n": 0}
+
+    async def run(request: ExecRequest) -> ExecResult:
+        result = await real(request)
+        calls["n"] += 1
+        if calls["n"] == 1:  # only the first kernel run: the build
+            result.risks.append(planted)
+        return result
+
+    monkeypatch.setattr(kernel, "run", run)
+    task = bracket()
+    env = make_env("structure", pool, EnvConfig(max_steps=8))
+    await env.reset(task)
+    built = await env.step(call("build", scene=json.loads(json.dumps(task.target))))
+    assert built.info.risks == [planted] and built.risk == 1.0
+    assert built.reward == 0.0  # the cost is kept apart from the reward
+    shown = await env.step(call("render"))
+    assert shown.info.risks == [] and shown.risk == 0.0
     await env.close()

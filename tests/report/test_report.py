@@ -21,6 +21,7 @@ from honing.errors import ConfigError
 from honing.observe.events import read_events
 from honing.records import Trajectory
 from honing.report import build_report, headline, load_run
+from honing.risk import RiskEvent, Severity
 from honing.store import Ending, Group, TrajectoryWriter, Turn, read_trajectories
 
 T = TypeVar("T")
@@ -196,6 +197,9 @@ def test_a_real_runs_report_renders_in_chromium(
     assert charts["chart-learner-loss"][0] == STEPS
     assert charts["chart-signal"][0] == 3 * STEPS  # equal rewards, all failed, all solved
     assert charts["chart-signal-spread"][0] == 2 * STEPS  # reward std, entropy
+    # risk is recorded whatever risk.mode says (off here): a rate and a mean cost per update
+    assert charts["chart-risk-rate"][0] == charts["chart-risk-cost"][0] == STEPS
+    assert "Per domain" in opened.page.inner_text("#risk")
     signal = opened.page.inner_text("#signal")
     assert re.search(r"\d+ of \d+ groups \(\d+%\) had equal rewards and taught nothing", signal)
     assert charts["chart-tag"][0] > 0  # tags "easy"/"hard" split the tasks
@@ -346,9 +350,12 @@ def _evil_trajectory() -> Trajectory:
                 failure="tool_error",
                 detail=EVIL,
                 components={EVIL: 1.0},
+                risk=1.0,  # a domain's own kind: its name, source and detail are the run's text
+                risks=[RiskEvent(f"kind{EVIL}", Severity.HIGH, f"source{EVIL}", EVIL)],
             ),
         ],
         components={EVIL: 0.0},
+        risk=1.0,
         ending=Ending.STEP_LIMIT,
         failure="tool_error",
         detail=EVIL,
@@ -387,6 +394,7 @@ def test_untrusted_text_is_escaped(tmp_path: Path, browser: Any) -> None:
     text = opened.page.inner_text("#samples")
     assert "thinking <script>alert(1)</script>" in text  # shown as text, not run
     assert '"code": "<script>alert(1)</script>' in text
+    assert "kind<script>alert(1)</script>" in opened.page.inner_text("#risk")  # the kinds table
     opened.page.close()
 
 
@@ -408,6 +416,7 @@ def test_missing_pieces_are_shown_as_not_recorded(tmp_path: Path) -> None:
         "Learner statistics",
         "Per-task tables",
         "Sample episodes",
+        "Risk",
     ):
         assert f"<b>{what}: not recorded.</b>" in page, what
     assert "0 of 5" in page  # updates done of planned

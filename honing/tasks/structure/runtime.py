@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from honing.errors import SandboxError
+from honing.risk import RiskEvent
 from honing.sandbox import ExecRequest, RuntimeStore, SandboxPool
 from honing.tasks.checkrun import RunEnd, checker_limits, run_end
 
@@ -120,13 +121,23 @@ async def run_kernel(
 ) -> dict[str, Any]:
     """The kernel's reply to `request` (see kernel.py's `handle`), run in `pool`'s structure
     sibling with `cpu_s` seconds of CPU (and 3 times that of wall clock)."""
+    reply, _ = await run_kernel_audited(pool, request, cpu_s=cpu_s)
+    return reply
+
+
+async def run_kernel_audited(
+    pool: SandboxPool, request: dict[str, Any], *, cpu_s: float = CPU_S
+) -> tuple[dict[str, Any], list[RiskEvent]]:
+    """`run_kernel`'s reply, and the risky actions the sandbox saw the run take (a model's
+    script runs in it, and its scene drives the kernel)."""
     checker = await kernel_pool(pool)
     result = await checker.run(kernel_request(request, cpu_s))
+    risks = list(result.risks)
     end, reason = run_end(result)
     reason = reason.replace("checker", "kernel")
     if end is RunEnd.INPUT:
         error = f"the request made the structure kernel fail: {reason}"
-        return {"ok": False, "error": error, "failed": "scene", "problem": "input"}
+        return {"ok": False, "error": error, "failed": "scene", "problem": "input"}, risks
     if end is not RunEnd.REPLIED:
         raise SandboxError(f"structure kernel: {reason}")
     try:
@@ -136,4 +147,4 @@ async def run_kernel(
     if not (isinstance(reply, dict) and isinstance(reply.get("ok"), bool)):
         tail = result.stdout.strip()[-200:] or result.stderr.strip()[-200:]
         raise SandboxError(f"structure kernel: no usable reply ({tail!r})")
-    return reply
+    return reply, risks
