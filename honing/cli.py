@@ -556,7 +556,7 @@ def _print_eval(result: EvalReport) -> None:
               *((f"tag {n}", t) for n, t in result.by_tag.items())]  # fmt: skip
     ks = sorted(result.end_to_end.pass_at_k)
     outcome = _eval_table("end to end (infra failures: left out of the rates)",
-                          ["passed", "judged", "success", "infra failures",
+                          ["passed", "judged", "success", "infra failures", "risky",
                            *(f"pass@{k}" for k in ks)])  # fmt: skip
     steps = _eval_table("single step · trajectory\n(valid: well-formed actions; steps: mean "
                         "steps to success)", ["valid", "useful", "steps", "loops", "recovered",
@@ -565,7 +565,7 @@ def _print_eval(result: EvalReport) -> None:
         e2e, one, traj = tier.end_to_end, tier.single_step, tier.trajectory
         mean = traj.mean_steps_to_success
         outcome.add_row(name, str(e2e.passed), str(e2e.total), _rate(e2e.success_rate),
-                        str(e2e.infra_failed),
+                        str(e2e.infra_failed), _rate(e2e.risk_rate),
                         *(_rate(e2e.pass_at_k.get(k)) for k in ks))  # fmt: skip
         steps.add_row(name, _rate(one.well_formed_rate), _rate(one.useful_rate),
                       "–" if mean is None else f"{mean:.2f}", str(traj.failure_loops),

@@ -58,6 +58,11 @@ class Episode:
         return any(s.result.components.get(OUTCOME) == 1.0 for s in self.steps)
 
     @property
+    def risk(self) -> float:
+        """The episode's risk cost: the sum of its steps' (honing.risk), apart from the reward."""
+        return sum(s.result.risk for s in self.steps)
+
+    @property
     def infra_failed(self) -> bool:
         if self.success:
             return False
@@ -103,6 +108,8 @@ class EndToEnd:
     infra_failed: int
     pass_at_k: dict[int, float]  # mean over tasks with at least k judged samples
     tasks: int
+    risky: int = 0  # judged episodes that took at least one risky action (honing.risk)
+    risk_rate: float | None = None  # their share of the judged episodes
 
 
 def end_to_end(episodes: Sequence[Episode], ks: Iterable[int]) -> EndToEnd:
@@ -123,6 +130,8 @@ def end_to_end(episodes: Sequence[Episode], ks: Iterable[int]) -> EndToEnd:
         infra_failed=len(episodes) - len(judged),
         pass_at_k=at_k,
         tasks=len({e.task_id for e in episodes}),
+        risky=sum(e.risk > 0 for e in judged),
+        risk_rate=sum(e.risk > 0 for e in judged) / len(judged) if judged else None,
     )
 
 

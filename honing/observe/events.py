@@ -40,7 +40,7 @@ KINDS: dict[str, str] = {
     "sync_s, tokens_per_s, episodes_per_s, staleness, learner, signal, unaided_answers, risk",
     "sync": "seconds, mode",
     "eval": "phase, set, success, passed, total, infra_failed, seconds, well_formed, mean_steps, "
-    "recovery",
+    "recovery, risk_rate, risky",
     "sandbox_start": "memory, pids_cgroup, seccomp, isolation, missing, description",
     "sandbox": "cells, busy_fraction, queued, runs",
     "checkpoint": "path, seconds",

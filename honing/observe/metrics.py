@@ -235,14 +235,20 @@ def update_metrics(
 
 
 def eval_scalars(
-    set_name: str, success: float | None, well_formed: float | None
+    set_name: str,
+    success: float | None,
+    well_formed: float | None,
+    risk_rate: float | None = None,
 ) -> dict[str, float]:
-    """`eval/<set>/success` and `eval/<set>/well_formed`, for the values that were measured."""
+    """`eval/<set>/success`, `eval/<set>/well_formed` and `eval/<set>/risk_rate`, for the values
+    that were measured."""
     out = {}
     if success is not None:
         out[f"eval/{set_name}/success"] = success
     if well_formed is not None:
         out[f"eval/{set_name}/well_formed"] = well_formed
+    if risk_rate is not None:
+        out[f"eval/{set_name}/risk_rate"] = risk_rate
     return out
 
 

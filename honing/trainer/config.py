@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from honing.config import StrictModel
 from honing.rl import Aggregation, KLEstimator
@@ -263,6 +263,11 @@ class RiskSettings(StrictModel):
         5.0, gt=0, description="constrained: the multiplier never exceeds this."
     )
     explore: ExploreSettings = ExploreSettings()
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        return "off" if value is False else value  # YAML reads a bare `off` as false
 
     @model_validator(mode="after")
     def _check(self) -> RiskSettings:

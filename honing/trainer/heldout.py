@@ -149,13 +149,15 @@ class HeldOut:
                 well_formed=report.single_step.well_formed_rate,
                 mean_steps=report.trajectory.mean_steps,
                 recovery=report.trajectory.recovery_rate,
+                risk_rate=e2e.risk_rate,
+                risky=e2e.risky,
                 outcomes=progress.outcomes,
                 by_tag=tag_scores(progress.outcomes, {t.id: t.tags for t in taskset.tasks}),
             )
             unseen = point.by_tag.get(UNSEEN_TAG)
             log.info(
                 "eval %s (%s): success %s (%d/%d; infra failures %d)%s, well-formed actions %s, "
-                "%.1f steps per episode, in %.0f s",
+                "risky episodes %s (%d), %.1f steps per episode, in %.0f s",
                 name,
                 phase,
                 percent(e2e.success_rate),
@@ -167,6 +169,8 @@ class HeldOut:
                 if unseen and unseen[1]
                 else "",
                 percent(point.well_formed),
+                percent(point.risk_rate),
+                point.risky,
                 point.mean_steps or 0.0,
                 report.elapsed_s,
             )
@@ -174,7 +178,11 @@ class HeldOut:
             state.evals.append(point)
             self.run.append_eval(point)
             emit("eval", step, **point.model_dump(mode="json", exclude={"step", "outcomes"}))
-            log_to(self.sinks, step, eval_scalars(name, point.success, point.well_formed))
+            log_to(
+                self.sinks,
+                step,
+                eval_scalars(name, point.success, point.well_formed, point.risk_rate),
+            )
             if self.on_eval is not None:
                 self.on_eval(point)
         return points

@@ -66,6 +66,8 @@ class EvalPoint(StrictModel):
     well_formed: float | None = None  # single step: share of well-formed actions
     mean_steps: float | None = None  # trajectory: steps per episode
     recovery: float | None = None  # trajectory: share of episodes with an error that succeeded
+    risk_rate: float | None = None  # share of the judged episodes that took a risky action
+    risky: int = 0  # those episodes
     outcomes: dict[str, bool] = Field(
         default_factory=dict,
         description="'TASK#SAMPLE' -> solved, for the judged episodes (pairs two evaluations).",

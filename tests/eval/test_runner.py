@@ -161,3 +161,35 @@ def test_policies_by_name() -> None:
     assert make_policy("noop").name == "noop"
     with pytest.raises(ConfigError, match="unknown policy 'random'; allowed: reference, noop"):
         make_policy("random")
+
+
+class DeleteFirst:
+    """Empties the task's first table (a risky action the judge never needs), then plays the
+    reference: the same success, every episode risky."""
+
+    name = "delete-first"
+
+    async def act(self, context: Context) -> Action | None:
+        done = len(context.steps)
+        if done == 0:
+            table = sorted(context.task.tables)[0]  # type: ignore[attr-defined]
+            sql = f"DELETE FROM {table}"
+            return Action(tool_calls=[ToolCall(id="d", name="query", arguments={"sql": sql})])
+        actions = context.env.reference_actions(context.task)
+        return actions[done - 1] if done - 1 < len(actions) else None
+
+
+async def test_the_end_to_end_tier_counts_risky_episodes_apart_from_success(
+    pool: SandboxPool,
+) -> None:
+    from honing.tasks import load_tasks
+
+    tasks = load_tasks("examples-sql").shard(0, 1)
+    tasks.tasks = tasks.tasks[:3]
+    config = EnvConfig(max_steps=8)
+    safe = await evaluate(tasks, ReferencePolicy(), pool, config=config)
+    risky = await evaluate(tasks, DeleteFirst(), pool, config=config)
+    assert safe.end_to_end.success_rate == risky.end_to_end.success_rate == 1.0
+    assert (safe.end_to_end.risky, safe.end_to_end.risk_rate) == (0, 0.0)
+    assert (risky.end_to_end.risky, risky.end_to_end.risk_rate) == (3, 1.0)
+    assert risky.by_domain["sql"].end_to_end.risk_rate == 1.0

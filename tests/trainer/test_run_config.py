@@ -80,3 +80,16 @@ def test_a_config_saved_before_the_derivation_loads_as_it_played(tmp_path: Path)
     assert config.learner.lr == 1e-4
     with pytest.raises(ConfigError, match=r"env\.max_steps is 6 but agent\.max_turns is 3"):
         load_saved(path, ["env.max_steps=6"])  # an override is the user's, and checked
+
+
+def test_the_risk_section_reads_yaml_off_and_refuses_settings_that_do_nothing(
+    tmp_path: Path,
+) -> None:
+    from honing.trainer.config import RiskSettings
+
+    path = tmp_path / "risk.yaml"
+    path.write_text("mode: off\n")  # YAML 1.1 reads a bare off as false
+    assert RiskSettings.model_validate(yaml.safe_load(path.read_text())).mode == "off"
+    with pytest.raises(ValueError, match="budget do nothing in risk mode 'penalty'"):
+        RiskSettings.model_validate({"mode": "penalty", "budget": 0.2})
+    assert RiskSettings.model_validate({"mode": "constrained", "budget": 0.2}).budget == 0.2
