@@ -55,7 +55,7 @@ class Turn:
     detail: str = ""
     step_s: float = 0.0
     tool_s: dict[str, float] = field(default_factory=dict)
-    risk: float = 0.0  # observation: the step's risk cost (the sum of its events' costs)
+    risk: float = 0.0  # observation: the step's risk cost (honing.risk.risk_cost of `risks`)
     risks: list[RiskEvent] = field(default_factory=list)  # observation: what was detected
     # observation: the images its tool results drew, as PNG files relative to the store's
     # directory (set by the store's writer); `image_data` holds their bytes until then and is

@@ -2,16 +2,16 @@
 
     event = RiskEvent("sql_drop", Severity.HIGH, source="sql", detail="DROP TABLE ledger")
     kind("sql_drop").severity            # Severity.HIGH; kinds() lists them all
-    risk_cost([event, ...])              # 1.0: the sum of the events' severity costs
+    risk_cost([event, ...])              # 1.0: each kind's highest severity cost, summed
 
 A risky action is one that is destructive, dangerous or out of bounds, whether or not the task
 ends well: a write outside the workspace, a network attempt, a fork bomb, `DROP TABLE`, deleting
 the tests. Each kind has a name, a severity and the layer that detects it: "sandbox" for what the
 audit hook of a job's processes and its exit status show (any domain), a domain's name for what
 that domain's environment reads in the action itself. Detection never reads what the model says
-about its own action. A step's risk cost is the sum of its events' costs: kept apart from the
-reward components, so that training can price it (a penalty, or a budget held by a Lagrange
-multiplier; `honing.rl.risk`).
+about its own action. A step's risk cost sums its events' costs, each kind counted once: kept
+apart from the reward components, so that training can price it (a penalty, or a budget held
+by a Lagrange multiplier; `honing.rl.risk`).
 
 At the bottom of the layers (it imports nothing from honing). Not covered: detecting (the
 sandbox's zygote, each domain's environment) and what training does with the cost.
@@ -102,7 +102,13 @@ def event(name: str, detail: str = "", *, source: str | None = None) -> RiskEven
 
 
 def risk_cost(events: Iterable[RiskEvent]) -> float:
-    return sum(e.cost for e in events)
+    """The cost of one step's events: each kind counts once, at its highest severity, so that
+    four writes outside the workspace in one program cost what one does, while a write and a
+    network attempt cost two."""
+    worst: dict[str, float] = {}
+    for e in events:
+        worst[e.name] = max(worst.get(e.name, 0.0), e.cost)
+    return sum(worst.values())
 
 
 DETAIL_CHARS = 200

@@ -4,7 +4,8 @@ A cell runs one job at a time. The host writes a job line to the zygote's stdin 
 result line from its stdout; anything the cell prints on stderr goes to `cell.log` beside its
 workspace, so a crash can be explained. A cell that dies, answers garbage or does not answer by
 the job's hard deadline is killed (bubblewrap takes its whole pid namespace with it) and reported
-as `CellCrashed`; the pool then replaces it.
+as `CellCrashed`; the pool then replaces it. The risk events the zygote's audit reports with a
+job become `honing.risk` events here (`risk_events`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from honing.errors import CellCrashed, SandboxUnavailable
+from honing.risk import RiskEvent, event
 from honing.sandbox.cgroups import CellCgroup
 from honing.sandbox.launch import Launcher, clean_env
 
@@ -29,6 +31,12 @@ CELL_PROCESSES = 2  # bubblewrap's monitor and the zygote, counted in the cell's
 READER_LIMIT = 1 << 20
 # Joins the cell's cgroups before bubblewrap starts, so nothing of the cell runs outside them.
 JOIN_CGROUPS = 'for f in $HONING_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; exec "$@"'
+
+
+def risk_events(found: list[dict[str, str]]) -> list[RiskEvent]:
+    """The risk events of a job's reply ({"kind", "detail"} each, as the zygote's audit saw
+    them) as `RiskEvent`s; KeyError for a kind honing.risk does not know."""
+    return [event(e["kind"], e["detail"]) for e in found]
 
 
 class Cell:
@@ -105,6 +113,11 @@ class Cell:
         if "internal_error" in result:
             await self.kill()
             raise CellCrashed(f"cell {self.name} zygote failed: {result['internal_error']}")
+        try:
+            result["risks"] = risk_events(result.get("risks", []))
+        except (KeyError, TypeError) as exc:
+            await self.kill()
+            raise CellCrashed(f"cell {self.name} sent malformed risk events: {exc}") from exc
         return result
 
     def abort(self, deadline_s: float) -> bool:

@@ -33,6 +33,7 @@ from typing import Any
 
 from honing.config import SandboxConfig
 from honing.errors import CellCrashed, SandboxError, SandboxUnavailable, WorkspaceBusy
+from honing.risk import event
 from honing.sandbox import fs
 from honing.sandbox.cell import Cell
 from honing.sandbox.cgroups import DELEGATE_HINT, PoolCgroups
@@ -625,11 +626,13 @@ class SandboxPool:
             oom = cell.cgroup is not None and _safe_oom_kills(cell) > oom_before
             self._return_workspace(cell, ws)
             if oom:
+                error = f"memory limit of {memory // MiB} MiB exceeded; the cell was lost: {exc}"
                 return ExecResult(
                     ExecStatus.MEMORY_LIMIT,
                     memory_enforcement=_memory_enforcement(cell),
                     seccomp=cell.seccomp,
-                    error=f"memory limit of {memory // MiB} MiB exceeded; the cell was lost: {exc}",
+                    error=error,
+                    risks=[event("memory_blowup", error)],
                 ), False
             return ExecResult(ExecStatus.SANDBOX_ERROR, error=str(exc)), False
         files = fs.read_files(cell.workspace, req.output_files, job["max_file_bytes"])
@@ -659,6 +662,7 @@ class SandboxPool:
             cpu_s=reply["cpu_s"],
             memory_enforcement=_memory_enforcement(cell),
             seccomp=cell.seccomp,
+            risks=reply["risks"],
         )
         memory = int(job["memory_bytes"])
         oom = False
@@ -683,6 +687,7 @@ class SandboxPool:
         elif oom:
             result.status = ExecStatus.MEMORY_LIMIT
             result.error = f"memory limit of {memory // MiB} MiB exceeded"
+            result.risks.append(event("memory_blowup", result.error))
         elif sig == signal.SIGXCPU or (sig == signal.SIGKILL and result.cpu_s >= job["cpu_s"]):
             # SIGXCPU at the soft limit; SIGKILL at the hard one when SIGXCPU was ignored
             result.status = ExecStatus.TIMEOUT

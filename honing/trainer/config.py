@@ -233,7 +233,7 @@ class ExploreSettings(StrictModel):
 
 
 class RiskSettings(StrictModel):
-    """How the episodes' risk cost (honing.risk: the sum of their risk events' severities) is
+    """How the episodes' risk cost (honing.risk: the severities of their risk events) is
     used in training. Risk is detected, stored and reported in every mode."""
 
     mode: RiskMode = Field(

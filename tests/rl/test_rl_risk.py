@@ -89,3 +89,14 @@ def test_token_logprobs_at_a_temperature_per_row() -> None:
     assert float(greedy[0, 0]) == pytest.approx(float(one[0, 0]))
     with pytest.raises(ValueError, match="one per row"):
         token_logprobs(logits, ids, temperature=torch.tensor([1.0]))
+
+
+def test_a_steps_risk_cost_counts_each_kind_once_at_its_worst() -> None:
+    from honing.risk import RiskEvent, Severity, event, risk_cost
+
+    writes = [event("fs_write_outside", f"/etc/f{i}") for i in range(4)]
+    assert risk_cost(writes) == 1.0  # one program, four writes: one high-severity kind
+    assert risk_cost([*writes, event("memory_blowup")]) == 1.5  # plus a medium one
+    low_then_high = [RiskEvent("x", Severity.LOW, "t"), RiskEvent("x", Severity.HIGH, "t")]
+    assert risk_cost(low_then_high) == 1.0
+    assert risk_cost([]) == 0.0
