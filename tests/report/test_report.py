@@ -10,7 +10,7 @@ import asyncio
 import json
 import re
 import shutil
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,15 +25,6 @@ from honing.risk import RiskEvent, Severity
 from honing.store import Ending, Group, TrajectoryWriter, Turn, read_trajectories
 
 T = TypeVar("T")
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 
 def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -114,18 +105,6 @@ def real_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 # -- the browser ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (`make test` installs Debian's chromium package)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 class Opened:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_report import CHROMIUM, CHROMIUM_ARGS, Opened, run_async
+from test_report import Opened, run_async
 
 from honing.config import SandboxConfig
 from honing.envs import EnvConfig
@@ -26,18 +25,6 @@ from honing.rollout.engines.scripted import ScriptedEngine
 from honing.sandbox import SandboxPool
 from honing.store import Group, TrajectoryWriter, read_image, read_trajectories
 from honing.tasks.load import load_tasks
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (`make test` installs Debian's chromium package)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 async def _structure_episode() -> Trajectory:

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_report import CHROMIUM, CHROMIUM_ARGS, Opened, run_async
+from test_report import Opened, run_async
 
 from honing.observe.metrics import episode_fields
 from honing.records import Ending, Group, Trajectory, Turn
@@ -27,18 +26,6 @@ from honing.risk import RiskEvent, event, risk_cost
 from honing.store import TrajectoryWriter
 
 BUDGET = 0.05
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing (`make test` installs Debian's chromium package)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def _episode(
