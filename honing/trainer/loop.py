@@ -389,10 +389,11 @@ class Trainer:
         if summary.rate is not None and summary.cost is not None:
             out.update(rate=summary.rate, cost=summary.cost)
         if risk.mode == "constrained":
-            self.state.risk_multiplier = lagrange_step(
-                weight, summary.cost or 0.0, risk.budget, risk.multiplier_lr, risk.max_multiplier
-            )
-            out["multiplier"] = self.state.risk_multiplier
+            if summary.cost is not None:  # nothing judged (all infrastructure): no step
+                self.state.risk_multiplier = lagrange_step(
+                    weight, summary.cost, risk.budget, risk.multiplier_lr, risk.max_multiplier
+                )
+            out["multiplier"] = self.state.risk_multiplier or 0.0
         if risk.explore.enabled:
             for t in trajectories:
                 if not t.infrastructure_failed:
