@@ -123,6 +123,7 @@ def end_to_end(episodes: Sequence[Episode], ks: Iterable[int]) -> EndToEnd:
         values = [pass_at_k(len(s), sum(s), k) for s in per_task.values() if len(s) >= k]
         if values:
             at_k[k] = sum(values) / len(values)
+    risky = sum(e.risk > 0 for e in judged)
     return EndToEnd(
         passed=passed,
         total=len(judged),
@@ -130,8 +131,8 @@ def end_to_end(episodes: Sequence[Episode], ks: Iterable[int]) -> EndToEnd:
         infra_failed=len(episodes) - len(judged),
         pass_at_k=at_k,
         tasks=len({e.task_id for e in episodes}),
-        risky=sum(e.risk > 0 for e in judged),
-        risk_rate=sum(e.risk > 0 for e in judged) / len(judged) if judged else None,
+        risky=risky,
+        risk_rate=risky / len(judged) if judged else None,
     )
 
 
