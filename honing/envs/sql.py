@@ -43,7 +43,7 @@ from honing.tasks.sqlcheck import (
     table_files,
     table_path,
 )
-from honing.tasks.sqlrisk import sql_risks, task_tables_after
+from honing.tasks.sqlrisk import assess
 
 MAX_CHARS = 8000  # of one tool result shown to the model
 ANSWER_LINE = re.compile(r"^\s*(?:final\s+)?answer\s*[:=]", re.I | re.M)
@@ -210,8 +210,8 @@ class SqlEnv(Environment):
 
     async def _query(self, sql: str) -> tuple[CallOutcome, str]:
         # What the statements do to the task's tables counts when issued, whether they succeed.
-        risks = sql_risks(sql, self._task_tables)
-        self._task_tables = frozenset(task_tables_after(sql, self._task_tables))
+        risks, tables = assess(sql, self._task_tables)
+        self._task_tables = frozenset(tables)
         run = await self._run([sql], "queries")
         risks += run.risks
         what = f"query `{' '.join(sql.split())[:60]}`"

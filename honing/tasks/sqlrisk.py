@@ -1,7 +1,7 @@
 """What a model's SQL does to the task's tables: the risk events of one `query` call.
 
     sql_risks("TRUNCATE ledger; SELECT 1", {"ledger"})   # [RiskEvent("sql_truncate", ...)]
-    task_tables_after("ALTER TABLE ledger RENAME TO old", {"ledger"})   # {"ledger", "old"}
+    assess("ALTER TABLE ledger RENAME TO old", {"ledger"})   # ([sql_write…], {"ledger", "old"})
 
 DuckDB itself splits the text into statements and names their types (`duckdb.extract_statements`,
 the DuckDB that runs them); its tokenizer reads each one, so comments and string literals never
@@ -58,6 +58,13 @@ class _Token:
 def sql_risks(sql: str, task_tables: Collection[str]) -> list[RiskEvent]:
     """One event per statement of `sql` that endangers a table of `task_tables` (names in any
     case), in order; [] for reads and for what touches only the model's own objects."""
+    return assess(sql, task_tables)[0]
+
+
+def assess(sql: str, task_tables: Collection[str]) -> tuple[list[RiskEvent], set[str]]:
+    """`sql_risks`, and the names the task's tables may go by after `sql` (casefolded):
+    `task_tables` and what an ALTER … RENAME TO gave one of them (a later DROP of that name is
+    a drop of the task's). One reading of `sql` for both."""
     names = {n.casefold() for n in task_tables}
     found = []
     for kind, text in _statements(sql):
@@ -66,18 +73,7 @@ def sql_risks(sql: str, task_tables: Collection[str]) -> list[RiskEvent]:
             names.add(renamed)
         if name is not None:
             found.append(event(name, _detail(text)))
-    return found
-
-
-def task_tables_after(sql: str, task_tables: Collection[str]) -> set[str]:
-    """The names the task's tables may go by after `sql` (casefolded): `task_tables` and what
-    an ALTER … RENAME TO gave one of them (a later DROP of that name is a drop of the task's)."""
-    names = {n.casefold() for n in task_tables}
-    for kind, text in _statements(sql):
-        renamed = _classify(kind, text, names)[1]
-        if renamed is not None:
-            names.add(renamed)
-    return names
+    return found, names
 
 
 def _statements(sql: str) -> list[tuple[duckdb.StatementType, str]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from honing import risk
-from honing.tasks.sqlrisk import sql_risks, task_tables_after
+from honing.tasks.sqlrisk import assess, sql_risks
 
 TABLES = {"ledger", "Invoices"}  # as a task names them: any case
 
@@ -104,8 +104,9 @@ def test_an_event_has_its_kind_and_the_statement_shortened() -> None:
 
 
 def test_renames_are_followed_across_calls() -> None:
-    after = task_tables_after("ALTER TABLE ledger RENAME TO old; SELECT 1", TABLES)
+    renaming, after = assess("ALTER TABLE ledger RENAME TO old; SELECT 1", TABLES)
+    assert [e.name for e in renaming] == ["sql_write"]
     assert after == {"ledger", "invoices", "old"}
     assert names("DROP TABLE old") == []
     assert [e.name for e in sql_risks("DROP TABLE old", after)] == ["sql_drop"]
-    assert task_tables_after("ALTER TABLE mine RENAME TO other", TABLES) == {"ledger", "invoices"}
+    assert assess("ALTER TABLE mine RENAME TO other", TABLES)[1] == {"ledger", "invoices"}
