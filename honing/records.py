@@ -6,6 +6,7 @@
     Turn         one assistant message or one observation, with its span in the token ids
     Retry        one retried attempt of an episode and its cause
     Group        the n trajectories of one task (what GRPO-style advantages are computed over)
+    by_role      team groups split into one group per role
 
 Token-faithful: `token_ids[turn.start:turn.end]` is exactly what the engine produced for an
 assistant turn and exactly what was appended for an observation turn; nothing is re-tokenized.
@@ -105,6 +106,10 @@ class Trajectory:
     started_at: float = 0.0  # unix time
     policy_version: int = -1  # oldest version among its model tokens (-1: none generated)
     temperature: float | None = None  # its turns' sampling temperature (None: not recorded)
+    role: str = ""  # the team role that played it (honing.rollout.team); "" for a single agent
+    # A team episode's other roles, carried by the executor's trajectory until `by_role` splits
+    # them into groups of their own; never stored (each is stored as a row of its own).
+    partners: list[Trajectory] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def steps(self) -> int:
@@ -135,3 +140,31 @@ class Group:
     @property
     def rewards(self) -> list[float]:
         return [t.reward for t in self.trajectories]
+
+
+def by_role(groups: list[Group]) -> list[Group]:
+    """Team groups split into one group per (task, role), so that each role's advantages are
+    computed among its own samples; a group without partners is returned as it is. Each role's
+    trajectory takes its sample index and its group id (`<group>:<role>`) from the executor's
+    (the scheduler sets those on the executor only)."""
+    out: list[Group] = []
+    for group in groups:
+        if not any(t.partners for t in group.trajectories):
+            out.append(group)
+            continue
+        roles: dict[str, list[Trajectory]] = {}
+        lead_role = next(t.role for t in group.trajectories if t.partners)
+        for lead in group.trajectories:
+            lead.role = lead.role or lead_role  # one the scheduler flagged (no team ran)
+            for t in [lead, *lead.partners]:
+                if t is not lead:
+                    t.sample, t.started_at = lead.sample, lead.started_at
+                    t.id = f"{lead.id}:{t.role}"
+                    if lead.ending in (Ending.INFRA_ERROR, Ending.STALE):  # not a judged episode
+                        t.ending, t.failure, t.detail = lead.ending, lead.failure, lead.detail
+                t.group_id = f"{group.group_id}:{t.role}"
+                roles.setdefault(t.role, []).append(t)
+            lead.partners = []
+        out += [Group(group.task_id, f"{group.group_id}:{role}", trajs)
+                for role, trajs in roles.items()]  # fmt: skip
+    return out

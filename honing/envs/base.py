@@ -65,6 +65,8 @@ class FailureReason(enum.StrEnum):
     EPISODE_TIMEOUT = "episode_timeout"
     CHECKER_REJECTED = "checker_rejected"  # the answer checker failed on the model's answer
     TAMPERING = "tampering"  # the action tried to forge its verdict (outcome 0: docs/envs.md)
+    VALIDATOR_REJECTED = "validator_rejected"  # a team's validator sent the submission back
+    VALIDATOR_STOPPED = "validator_stopped"  # a team's validator said stop (honing.rollout.team)
     SANDBOX_ERROR = "sandbox_error"  # infrastructure: the sandbox failed
     VERIFIER_CRASH = "verifier_crash"  # infrastructure: the checker could not run or finish
 

@@ -7,6 +7,7 @@
     m.scalars["train/success/domain/math"], m.histograms["reward/all"]
     outcomes(trajectories)                    # success and mean reward, infra failures apart
     risk_summary(trajectories)                # risk rate and mean risk cost, by domain and tag
+    team_summary(trajectories)                # a team's validator precision/recall, rounds
     episode_fields(trajectory, split="train", set="math", staleness=0)   # an `episode` event
 
 docs/observability.md lists the scalar and histogram names ("Metric names") and how a failure
@@ -147,6 +148,71 @@ def risk_scalars(trajectories: Sequence[Trajectory], prefix: str = "risk") -> di
     return s
 
 
+@dataclass(frozen=True)
+class TeamSummary:
+    """A team's figures over its judged episodes (honing.rollout.team). The validator's verdicts
+    are scored against the verifier's on the same submission, "positive" meaning accepted:
+    precision is the share of its accepts that were right, recall the share of right submissions
+    it accepted. `rounds` is the mean number of reviews in the episodes whose last submission was
+    accepted (rounds to acceptance); `accepted` the share of episodes that ended accepted."""
+
+    episodes: int  # team episodes (executor trajectories)
+    reviews: int
+    precision: float | None
+    recall: float | None
+    verdict_accuracy: float | None
+    rounds: float | None
+    accepted: float | None
+    reward: dict[str, float]  # mean reward per role
+
+
+def team_summary(trajectories: Sequence[Trajectory]) -> TeamSummary | None:
+    """The `TeamSummary` of the judged team trajectories among `trajectories` (each role's, as
+    `honing.records.by_role` leaves them); None when none was played by a team."""
+    scored = [t for t in judged(trajectories) if t.role]
+    if not scored:
+        return None
+    leads = [t for t in scored if "team_rounds" in t.components]
+    counts: Counter[str] = Counter()
+    for t in scored:
+        for name in ("accepted_good", "accepted_bad", "rejected_good", "rejected_bad"):
+            counts[name] += int(t.components.get(name, 0.0))
+    accepts = counts["accepted_good"] + counts["accepted_bad"]
+    good = counts["accepted_good"] + counts["rejected_good"]
+    reviews = sum(counts.values())
+    right = counts["accepted_good"] + counts["rejected_bad"]
+    ended_accepted = [t for t in leads if t.components.get("team_accepted", 0.0) >= 1.0]
+    reviewed = [t for t in leads if t.components.get("team_rounds", 0.0) > 0]
+    by_role = _by(scored, lambda t: [t.role])
+    return TeamSummary(
+        episodes=len(leads),
+        reviews=reviews,
+        precision=counts["accepted_good"] / accepts if accepts else None,
+        recall=counts["accepted_good"] / good if good else None,
+        verdict_accuracy=right / reviews if reviews else None,
+        rounds=_mean([t.components["team_rounds"] for t in ended_accepted])
+        if ended_accepted
+        else None,
+        accepted=len(ended_accepted) / len(reviewed) if reviewed else None,
+        reward={role: _mean([t.reward for t in group]) for role, group in by_role.items()},
+    )
+
+
+def team_scalars(trajectories: Sequence[Trajectory], prefix: str = "team") -> dict[str, float]:
+    """`team/precision`, `team/recall`, `team/verdict_accuracy`, `team/rounds`,
+    `team/accepted`, `team/reviews` and `team/reward/<role>`, for those that were measured."""
+    summary = team_summary(trajectories)
+    if summary is None:
+        return {}
+    s = {f"{prefix}/reviews": float(summary.reviews)}
+    for name in ("precision", "recall", "verdict_accuracy", "rounds", "accepted"):
+        value = getattr(summary, name)
+        if value is not None:
+            s[f"{prefix}/{name}"] = value
+    s.update({f"{prefix}/reward/{role}": r for role, r in summary.reward.items()})
+    return s
+
+
 def _by(trajectories: Iterable[Trajectory], keys: Any) -> dict[str, list[Trajectory]]:
     groups: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:
@@ -191,6 +257,7 @@ def update_metrics(
         s[f"train/reward/component/{name}"] = _mean(values)
         h[f"reward/component/{name}"] = values
     s.update(risk_scalars(scored))
+    s.update(team_scalars(scored))
     if scored:
         h["risk/cost"] = [t.risk for t in scored]
     answered = [t for t in scored if "outcome" in t.components]
@@ -268,6 +335,7 @@ def episode_fields(
         "domain": t.domain,
         "tags": list(t.tags),
         "sample": t.sample,
+        "role": t.role,
         "success": t.success,
         "reward": t.reward,
         "components": dict(t.components),

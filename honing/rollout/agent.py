@@ -363,6 +363,21 @@ class _Episode:
         ))  # fmt: skip
         return fits
 
+    def tell(self, text: str) -> bool:
+        """Append a user message that is not an observation of the environment (another team
+        role speaking); False if its tokens do not fit in max_total_tokens (then left out)."""
+        start = len(self.traj.token_ids)
+        message: Message = {"role": "user", "content": text}
+        if self.transcript is not None:
+            delta = self.transcript.add_observation([message])
+            if start + len(delta.token_ids) > self.config.max_total_tokens:
+                return False
+            self._append(delta.token_ids, None)
+        else:
+            self.messages.append(message)
+        self.traj.turns.append(Turn("user", text, start, len(self.traj.token_ids)))
+        return True
+
     def _append(self, ids: list[int], gen: Generation | None) -> None:
         traj = self.traj
         traj.token_ids.extend(ids)

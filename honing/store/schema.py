@@ -75,6 +75,7 @@ TRAJECTORY = pa.schema(
         ("tags", pa.list_(pa.string())),
         ("dataset", pa.string()),
         ("dataset_version", pa.string()),
+        ("role", pa.string()),  # the team role ("" for a single agent)
         # outcome
         ("reward", pa.float64()),
         ("components", _FLOAT_MAP),
@@ -117,7 +118,7 @@ DERIVED = frozenset(
      "n_risks"}
 )  # fmt: skip
 # Columns added after the first shards were written: a shard without them reads as their default.
-ADDED: dict[str, Any] = {"risk": 0.0, "temperature": None}
+ADDED: dict[str, Any] = {"risk": 0.0, "temperature": None, "role": ""}
 
 
 def to_row(t: Trajectory) -> dict[str, Any]:
@@ -169,6 +170,7 @@ def _row(t: Trajectory) -> dict[str, Any]:
         "tags": t.tags,
         "dataset": t.dataset,
         "dataset_version": t.dataset_version,
+        "role": t.role,
         "reward": t.reward,
         "components": t.components,
         "success": t.success,
@@ -267,6 +269,7 @@ def _trajectory(row: dict[str, Any]) -> Trajectory:
         started_at=row["started_at"],
         policy_version=row["policy_version"],
         temperature=row["temperature"],
+        role=row["role"] or "",
     )
 
 

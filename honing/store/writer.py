@@ -151,8 +151,11 @@ class TrajectoryWriter:
     async def add(self, trajectory: Trajectory) -> None:
         """Buffer one trajectory; write a shard when the buffer is full. The images its turns
         hold (`Turn.image_data`) are written as files first, and each such turn's `images` set to
-        their paths (relative to the run directory), in the record itself."""
+        their paths (relative to the run directory), in the record itself. A team episode's
+        other roles (`partners`, not yet split by `honing.records.by_role`) are rows too."""
         self._check_open()
+        for partner in trajectory.partners:
+            await self.add(partner)
         images = place_images(trajectory)
         row = rows_to_table([to_row(trajectory)])  # fails here, naming it, if it cannot be stored
         if images:  # on disk before any shard that names them

@@ -42,11 +42,12 @@ from honing.observe.metrics import (
 )
 from honing.observe.progress import RunProgress
 from honing.observe.sinks import MetricSink, close_sinks, make_sinks
-from honing.records import Group, Trajectory
+from honing.records import Group, Trajectory, by_role
 from honing.rl.risk import explore_temperature, lagrange_step
 from honing.rollout.agent import Gate, run_episode
 from honing.rollout.engines.base import Engine
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
+from honing.rollout.team import run_team_episode
 from honing.sandbox import SandboxPool
 from honing.store import TrajectoryWriter
 from honing.tasks.load import AnyTask, TaskSet
@@ -261,6 +262,9 @@ class Trainer:
         async def run_one(task: AnyTask, sample: int, gate: Gate) -> Trajectory:
             environment = registry.make_env(task.domain, self.pool, self.env_config)
             agent = cfg.agent_config(self.temperature(task), cfg.seed + self.state.step)
+            if cfg.team is not None:
+                return await run_team_episode(task, environment, self.engine, cfg.team, agent,
+                                              gate=gate, sample=sample)  # fmt: skip
             return await run_episode(
                 task, environment, self.engine, agent, gate=gate, sample=sample
             )
@@ -350,18 +354,22 @@ class Trainer:
         drawn: list[tuple[str, AnyTask]],
         version: int,
     ) -> tuple[list[Group], list[int | None]]:
-        """The drawn tasks' groups, played, logged and stored; each trajectory's staleness."""
+        """The drawn tasks' groups, played, logged and stored; each trajectory's staleness. A
+        team's groups are split by role (`by_role`): each role's advantages are its own."""
         self._activity("rollout")
-        groups = await sched.run_all([task for _, task in drawn])
+        played = await sched.run_all([task for _, task in drawn])
+        groups: list[Group] = []
         lags: list[int | None] = []
-        for group, (source, _) in zip(groups, drawn, strict=True):
-            group.trajectories.sort(key=lambda t: t.sample)
-            for trajectory in group.trajectories:
-                trajectory.dataset = self.train_sets[source].name
-                lag = staleness(trajectory, version)
-                lags.append(lag)
-                fields = episode_fields(trajectory, split="train", set=source, staleness=lag)
-                emit("episode", self.state.step + 1, **fields)
+        for played_group, (source, _) in zip(played, drawn, strict=True):
+            played_group.trajectories.sort(key=lambda t: t.sample)
+            for group in by_role([played_group]):
+                groups.append(group)
+                for trajectory in group.trajectories:
+                    trajectory.dataset = self.train_sets[source].name
+                    lag = staleness(trajectory, version)
+                    lags.append(lag)
+                    fields = episode_fields(trajectory, split="train", set=source, staleness=lag)
+                    emit("episode", self.state.step + 1, **fields)
         for group in groups:
             await writer.add_group(group)
         await writer.flush()

@@ -38,6 +38,7 @@ from honing.config import (
 from honing.envs.base import EnvConfig
 from honing.observe.sinks import ObserveConfig
 from honing.rollout.engines import Dtype
+from honing.rollout.team import TeamConfig
 from honing.tasks.synthetic import Phrasings
 from honing.trainer.config import LearnerConfig, RiskSettings
 
@@ -211,6 +212,11 @@ class TrainConfig(StrictModel):
     learner: LearnerConfig = LearnerConfig()
     risk: RiskSettings = RiskSettings()
     agent: AgentSettings = AgentSettings()
+    team: TeamConfig | None = Field(
+        None,
+        description="Play each episode as a team (analyst → executor ↔ validator, "
+        "honing.rollout.team); each role is trained on its own group. None: a single agent.",
+    )
     engine: EngineSettings = EngineSettings()
     eval: EvalSettings = EvalSettings()
     checkpoint: CheckpointSettings = CheckpointSettings()

@@ -1,0 +1,577 @@
+"""Teams: one episode played by several roles of the policy, analyst → executor ↔ validator.
+
+    lead = await run_team_episode(task, env, engine, team, agent, gate=gate, sample=0)
+    groups = by_role(groups_of_leads)        # honing.records: one group per (task, role)
+
+The protocol (`TeamConfig`, docs/rollout.md "Teams"):
+  1. the analyst (optional) reads the task and writes a plan;
+  2. the executor sees the task and the plan and acts in the environment, as a single agent
+     does; it is the only role whose actions the environment keeps;
+  3. an executor action that submits (calls one of the domain's submit tools, or ends the
+     episode) is tried under a checkpoint; the validator (optional) reviews the work so far and
+     answers ACCEPT, REJECT (with a reason) or STOP. Accepted, the tried step stands; rejected, the
+     environment is rolled back and the executor is told why; after `max_rounds` rejections the
+     episode ends unsubmitted (`validator_rejected`). STOP ends the episode too; an executor that
+     still calls a tool after it raises `acted_after_stop` (the call is not run).
+  Roles with tools (the validator's independent checks) act on the executor's state under a
+  checkpoint that is rolled back after them: they never change what the environment judges.
+
+Each role plays in its own context (its system prompt, the task, what the other roles told it)
+and is recorded token for token as a `Trajectory` with its `role`; the executor's trajectory
+carries the others in `partners` through the scheduler. Rewards: every role gets the team's
+reward (the executor's, from the environment) times `rewards.outcome`, plus its own named
+component: the validator `verdict_correct` (the share of its verdicts that the verifier's
+verdict on the tried submission agrees with), the analyst `plan_followed` (the share of its plan's
+terms that the executor's turns used, `plan_followed`). Every role's `success` is the team's.
+
+All roles share one engine (one policy, told apart by their prompts): see docs/training.md,
+"Teams". Not covered: scheduling and retries (`honing.rollout.scheduler`), advantages
+(`honing.records.by_role` then the learner, per group).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from honing.config import StrictModel
+from honing.envs.base import (
+    Action,
+    FailureReason,
+    Observation,
+    StepInfo,
+    StepResult,
+    ToolResult,
+)
+from honing.errors import ConfigError
+from honing.records import Ending, Trajectory
+from honing.risk import event, risk_cost
+from honing.rollout.agent import OPEN_GATE, AgentConfig, EnvLike, Gate, InfraFailure, _Episode
+from honing.rollout.engines.base import Engine
+from honing.tasks.load import AnyTask
+
+# What submits in each built-in domain (besides any action that ends the episode).
+SUBMIT_TOOLS: dict[str, tuple[str, ...]] = {
+    "code": ("run_tests",),
+    "sql": ("answer",),
+    "finance": ("answer",),
+    "math": ("answer",),
+    "tools": ("answer",),
+    "structure": ("submit",),
+}
+
+PROMPTS = {
+    "analyst": (
+        "You are the analyst of a team. Read the task and write a short numbered plan for the "
+        "executor: the steps, the tools to call and what to check. Do not solve it yourself."
+    ),
+    "executor": None,  # honing's default tool-use prompt
+    "validator": (
+        "You are the validator of a team. The executor wants to submit the work shown. Check it "
+        "against the task. End your reply with one line: ACCEPT if it is right, REJECT: <what "
+        "is wrong> if it is not, or STOP: <why> if the team must not go on."
+    ),
+}
+
+
+class Verdict(enum.StrEnum):
+    ACCEPT = "accept"
+    REJECT = "reject"
+    STOP = "stop"
+
+
+class RoleConfig(StrictModel):
+    """One role of a team."""
+
+    kind: Literal["analyst", "executor", "validator"]
+    name: str | None = Field(None, description="Its name in the store and metrics; its kind.")
+    system_prompt: str | None = Field(None, description="None: the kind's default prompt.")
+    tools: list[str] | None = Field(
+        None,
+        description="The environment's tools it may call. None: all of them for the executor, "
+        "none for the analyst and the validator (whose calls run under a rolled-back checkpoint).",
+    )
+    max_turns: int = Field(
+        3, ge=1, description="Analyst and validator: model turns per consultation at most."
+    )
+
+    @property
+    def role(self) -> str:
+        return self.name or self.kind
+
+
+class TeamRewards(StrictModel):
+    """Each role's reward: the team's reward times `outcome`, plus its own component's weight."""
+
+    outcome: float = Field(1.0, description="Weight of the team's reward, for every role.")
+    verdict: float = Field(0.5, description="Weight of the validator's verdict_correct.")
+    plan: float = Field(0.2, description="Weight of the analyst's plan_followed.")
+
+
+class TeamConfig(StrictModel):
+    """Roles and protocol of a team episode (module docstring)."""
+
+    roles: list[RoleConfig] = Field(min_length=1)
+    max_rounds: int = Field(3, ge=1, description="Validator rejections before the team gives up.")
+    submit_tools: list[str] | None = Field(
+        None, description="Tools whose calls are submissions; None: the domain's (SUBMIT_TOOLS)."
+    )
+    rewards: TeamRewards = TeamRewards()
+
+    @model_validator(mode="after")
+    def _check(self) -> TeamConfig:
+        kinds = [r.kind for r in self.roles]
+        if kinds.count("executor") != 1:
+            raise ValueError(
+                f"a team has exactly one executor role (the one that acts in the environment); "
+                f"these roles have {kinds.count('executor')}: {kinds}"
+            )
+        for kind in ("analyst", "validator"):
+            if kinds.count(kind) > 1:
+                raise ValueError(f"a team has at most one {kind}; these roles have {kinds}")
+        names = [r.role for r in self.roles]
+        if len(set(names)) != len(names) or "" in names:
+            raise ValueError(f"role names must be distinct and not empty: {names}")
+        return self
+
+    def role(self, kind: str) -> RoleConfig | None:
+        return next((r for r in self.roles if r.kind == kind), None)
+
+    def submits(self, domain: str) -> tuple[str, ...]:
+        return tuple(self.submit_tools) if self.submit_tools is not None else (
+            SUBMIT_TOOLS.get(domain, ())
+        )  # fmt: skip
+
+
+def parse_verdict(text: str) -> tuple[Verdict | None, str]:
+    """The validator's verdict, from the last line of its reply that starts with ACCEPT, REJECT
+    or STOP (case and markdown emphasis ignored), and the reason after it; None when no line does.
+    """
+    for line in reversed(text.strip().splitlines()):
+        m = VERDICT_LINE.match(line)
+        if m:
+            return Verdict(m.group(1).lower()), m.group(2).strip(" :-.")
+    return None, ""
+
+
+VERDICT_LINE = re.compile(r"^[\s*#>`_-]*(ACCEPT|REJECT|STOP)\b[*_`]*\s*[:.\-]?\s*(.*)$", re.I)
+TERM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+COMMON = frozenset({
+    "about", "above", "after", "again", "also", "analyst", "because", "before", "being", "below",
+    "between", "both", "call", "calls", "check", "could", "does", "doing", "done", "each", "else",
+    "every", "executor", "finally", "first", "from", "have", "here", "into", "just", "last",
+    "like", "make", "more", "most", "much", "must", "need", "next", "only", "other", "over",
+    "plan", "result", "results", "return", "same", "second", "should", "some", "step", "steps",
+    "such", "task", "than", "that", "their", "them", "then", "there", "these", "they", "third",
+    "this", "those", "through", "tool", "tools", "under", "until", "using", "validator", "value",
+    "values", "very", "were", "what", "when", "where", "which", "while", "will", "with", "would",
+    "write", "your",
+})  # fmt: skip
+
+
+def plan_terms(plan: str) -> set[str]:
+    """The plan's terms: its distinct words of four or more characters (lowercased) that are not
+    common English or the team's own vocabulary."""
+    return {w.lower() for w in TERM.findall(plan) if len(w) >= 4 and w.lower() not in COMMON}
+
+
+def plan_followed(plan: str, executed: str) -> float:
+    """The share of the plan's terms that appear among the executor's words (0 for a plan with
+    no terms): a cheap, checkable proxy for "the executor followed the plan"."""
+    terms = plan_terms(plan)
+    if not terms:
+        return 0.0
+    used = {w.lower() for w in TERM.findall(executed)}
+    return len(terms & used) / len(terms)
+
+
+@dataclass
+class Review:
+    """One validator review of a tried submission."""
+
+    verdict: Verdict | None  # None: the validator gave none (counted as a wrong verdict)
+    reason: str
+    good: bool  # the verifier's verdict on the tried submission (its outcome reached 1)
+
+    @property
+    def correct(self) -> bool:
+        if self.verdict is None:
+            return False
+        return (self.verdict is Verdict.ACCEPT) == self.good
+
+
+async def run_team_episode(
+    task: AnyTask,
+    env: EnvLike,
+    engine: Engine,
+    team: TeamConfig,
+    agent: AgentConfig,
+    *,
+    gate: Gate = OPEN_GATE,
+    sample: int = 0,
+    group_id: str = "",
+    on_step: Callable[[Observation, Action, StepResult], None] | None = None,
+    on_review: Callable[[Review], None] | None = None,
+) -> Trajectory:
+    """Play one team episode of `task` (module docstring); returns the executor's trajectory with
+    the other roles' in `partners`. Always closes `env`. `on_step` sees the executor's steps
+    that stand (as `run_episode`'s does); `on_review` each validator review."""
+    return await _Team(task, env, engine, team, agent, gate, sample, group_id, on_step,
+                       on_review).run()  # fmt: skip
+
+
+class _Team:
+    def __init__(self, task: AnyTask, env: EnvLike, engine: Engine, team: TeamConfig,
+                 agent: AgentConfig, gate: Gate, sample: int, group_id: str,
+                 on_step: Callable[[Observation, Action, StepResult], None] | None,
+                 on_review: Callable[[Review], None] | None) -> None:  # fmt: skip
+        if not hasattr(env, "checkpoint") or not hasattr(env, "rollback"):
+            raise ConfigError(
+                f"a team needs an environment that can checkpoint and roll back (a honing "
+                f"Environment); {type(env).__name__} cannot"
+            )
+        self.task, self.env, self.team, self.agent = task, env, team, agent
+        self.on_step, self.on_review = on_step, on_review
+        self.submits = team.submits(task.domain)
+        self.seats: dict[str, _Episode] = {}
+        self.roles: dict[str, RoleConfig] = {}
+        for role in team.roles:
+            prompt = role.system_prompt
+            if prompt is None:  # the executor plays as a single agent would, by default
+                prompt = agent.system_prompt if role.kind == "executor" else PROMPTS[role.kind]
+            config = agent.model_copy(update={"system_prompt": prompt})
+            if role.kind != "executor":
+                config = config.model_copy(update={"max_turns": role.max_turns})
+            seat = _Episode(task, env, engine, config, gate, None, sample, group_id)
+            seat.traj.role = role.role
+            self.seats[role.kind] = seat
+            self.roles[role.kind] = role
+        self.executor = self.seats["executor"]
+        self.reviews: list[Review] = []
+        self.plan = ""
+
+    async def run(self) -> Trajectory:
+        ex = self.executor
+        self.started = time.monotonic()
+        deadline_s = self.agent.deadlines.episode_s
+        try:
+            try:
+                async with asyncio.timeout(deadline_s) as deadline:
+                    await self._play()
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                ex._end(Ending.TIMEOUT, "episode_deadline",
+                        f"the episode deadline of {deadline_s:g}s passed")  # fmt: skip
+        except BaseException as exc:
+            if isinstance(exc, InfraFailure) and exc.trajectory is None:
+                exc.trajectory = self._finish()
+            with contextlib.suppress(Exception):
+                await ex._close()
+            raise
+        try:
+            await ex._close()
+        except InfraFailure as exc:
+            exc.trajectory = self._finish()
+            raise
+        return self._finish()
+
+    # -- the protocol ---------------------------------------------------------------------------
+
+    async def _play(self) -> None:
+        ex = self.executor
+        first = await ex._call("setup", self.agent.deadlines.setup_s, ex.gate.env,
+                               lambda: self.env.reset(self.task))  # fmt: skip
+        self.task_text = first.text
+        if "analyst" in self.seats:
+            self.plan = await self._consult("analyst", None)
+        shown = first
+        if self.plan:
+            shown = first.model_copy(update={"text": f"{first.text}\n\nThe analyst's plan:\n"
+                                                     f"{self.plan}"})  # fmt: skip
+        ex._start(self._visible(shown, "executor"))
+        observation, rejections = shown, 0
+        for turn in range(self.agent.max_turns):
+            sampling = ex._budget()
+            if sampling is None:
+                return ex._end(Ending.CONTEXT_LIMIT, "context_limit",
+                               f"{self.agent.max_total_tokens} tokens used up")  # fmt: skip
+            action, malformed = ex._act(await ex._generate(sampling), turn)
+            refused = self._refused(action, "executor")
+            if malformed is None and refused:
+                malformed = refused
+            result, review = await self._executor_step(action, malformed)
+            if result.info.infrastructure:
+                assert result.info.failure is not None
+                raise InfraFailure("step", f"{result.info.failure.value}: {result.info.detail}")
+            if self.on_step is not None and (review is None or review.verdict is Verdict.ACCEPT):
+                self.on_step(observation, action, result)  # a step that stands
+            fits = ex._observe(result)
+            observation = result.observation
+            if review is not None and review.verdict is Verdict.STOP:
+                return await self._after_stop(review)
+            if review is not None and review.verdict is not Verdict.ACCEPT:
+                rejections += 1
+                if rejections >= self.team.max_rounds:
+                    return ex._end(Ending.DONE, FailureReason.VALIDATOR_REJECTED.value,
+                                   f"the validator rejected {rejections} submission(s): "
+                                   f"{review.reason}")  # fmt: skip
+            if result.done:
+                return ex._end_by(result)
+            if not fits:
+                return ex._end(Ending.CONTEXT_LIMIT, "context_limit",
+                               "the observation does not fit in max_total_tokens")  # fmt: skip
+        ex._end(Ending.STEP_LIMIT, "max_turns", f"{self.agent.max_turns} turns played")
+
+    async def _executor_step(self, action: Action, malformed: str | None
+                             ) -> tuple[StepResult, Review | None]:  # fmt: skip
+        """The executor's step; a submission is tried (for the verifier's verdict), then reviewed
+        on the state before it, then kept (accepted) or rolled back."""
+        ex = self.executor
+        if malformed is not None or "validator" not in self.seats or not self._may_submit(action):
+            return await ex._step(action, malformed), None
+        before = await self.env.checkpoint()
+        tried = await ex._step(action, None)
+        if tried.info.infrastructure or not self._submitted(tried):
+            return tried, None
+        after = await self.env.checkpoint()
+        await self.env.rollback(before)  # the validator sees the work as it was submitted
+        review = await self._review(action, tried)
+        if review.verdict is Verdict.ACCEPT:
+            await self.env.rollback(after)  # the tried step stands
+            return tried, review
+        return self._sent_back(action, tried, review), review
+
+    def _may_submit(self, action: Action) -> bool:
+        """Whether the action may submit: it calls a submit tool, or it is a reply without calls
+        (a domain may read it as an answer, e.g. a ```python block or a \\boxed{} value)."""
+        return not action.tool_calls or any(c.name in self.submits for c in action.tool_calls)
+
+    def _submitted(self, result: StepResult) -> bool:
+        if any(r.name in self.submits for r in result.observation.tool_results):
+            return True
+        return result.done and not result.info.step_limit
+
+    async def _review(self, action: Action, tried: StepResult) -> Review:
+        good = tried.components.get("outcome", 0.0) >= 1.0
+        calls = "\n".join(f"- {c.name}({_short(str(c.arguments), 1500)})"
+                          for c in action.tool_calls) or "(a reply without tool calls)"  # fmt: skip
+        request = (
+            f"The executor's work so far:\n{self._work()}\n\nIt now submits:\n{calls}\n"
+            f"{_short(action.content, 1500)}\n\nReview it and end with ACCEPT, REJECT: <why> or "
+            "STOP: <why>."
+        )
+        reply = await self._consult("validator", request)
+        verdict, reason = parse_verdict(reply)
+        if verdict is None:
+            reason = "the validator gave no verdict (ACCEPT, REJECT or STOP)"
+        review = Review(verdict, reason or "no reason given", good)
+        self.reviews.append(review)
+        if self.on_review is not None:
+            self.on_review(review)
+        return review
+
+    def _sent_back(self, action: Action, tried: StepResult, review: Review) -> StepResult:
+        """What the executor sees of a submission the validator did not accept: the environment
+        as before it (rolled back), each call answered with the verdict; the tried step's risk
+        stays (what it ran, ran)."""
+        stopped = review.verdict is Verdict.STOP
+        said = (f"The validator said STOP: {review.reason}. Do not call any more tools."
+                if stopped else
+                f"Not submitted: the validator rejected it: {review.reason}")  # fmt: skip
+        results = [ToolResult(call_id=c.id, name=c.name, content=said, ok=False)
+                   for c in action.tool_calls]  # fmt: skip
+        state = getattr(self.env, "state", None)
+        text = state.render() if state is not None else ""
+        if not results:
+            text = f"{said}\n\n{text}" if text else said
+        failure = FailureReason.VALIDATOR_STOPPED if stopped else FailureReason.VALIDATOR_REJECTED
+        info = StepInfo(failure=failure, detail=said, step=tried.info.step,
+                        step_s=tried.info.step_s, tool_s=dict(tried.info.tool_s),
+                        risks=list(tried.info.risks))  # fmt: skip
+        observation = Observation(text=text, update="" if results else text, tool_results=results,
+                                  tools=self._tools("executor"))  # fmt: skip
+        return StepResult(observation=observation, reward=0.0, components={}, done=False,
+                          info=info, risk=tried.risk)  # fmt: skip
+
+    async def _after_stop(self, review: Review) -> None:
+        """The executor's one turn after a STOP: a tool call there is `acted_after_stop` (not
+        run); then the episode ends."""
+        ex = self.executor
+        detail = f"the validator said stop: {review.reason}"
+        sampling = ex._budget()
+        if sampling is not None:
+            action, _ = ex._act(await ex._generate(sampling), self.agent.max_turns)
+            if action.tool_calls:
+                names = ", ".join(c.name for c in action.tool_calls)
+                risks = [event("acted_after_stop", f"called {names} after the validator's STOP")]
+                said = "Not run: the validator said stop."
+                observation = Observation(text=said, update=said, tool_results=[
+                    ToolResult(call_id=c.id, name=c.name, content=said, ok=False)
+                    for c in action.tool_calls])  # fmt: skip
+                ex._observe(StepResult(
+                    observation=observation, reward=0.0, components={}, done=True,
+                    info=StepInfo(failure=FailureReason.VALIDATOR_STOPPED, detail=said,
+                                  risks=risks),
+                    risk=risk_cost(risks),
+                ))  # fmt: skip
+        ex._end(Ending.DONE, FailureReason.VALIDATOR_STOPPED.value, detail)
+
+    async def _consult(self, kind: str, request: str | None) -> str:
+        """One turn of `kind` (analyst or validator): its reply's text. Its first consultation
+        starts its context with the task (and `request`); later ones add `request` as a message.
+        Tool calls it is allowed run on the executor's state under a checkpoint rolled back
+        afterwards, at most `max_turns` model turns in all."""
+        seat, role = self.seats[kind], self.roles[kind]
+        if seat.transcript is None and not seat.messages:
+            text = self.task_text if request is None else f"{self.task_text}\n\n{request}"
+            seat._start(self._visible(Observation(text=text), kind))
+        elif request is not None and not seat.tell(request):
+            return ""
+        allowed = self._tools(kind)
+        token = await self.env.checkpoint() if allowed else None
+        reply = ""
+        try:
+            for turn in range(role.max_turns):
+                sampling = seat._budget()
+                if sampling is None:
+                    break
+                action, malformed = seat._act(await seat._generate(sampling), turn)
+                reply = action.content
+                if not action.tool_calls or malformed is not None or not allowed:
+                    break
+                refused = self._refused(action, kind)
+                if refused is not None or self.env.done:
+                    result = _refusal(action, refused or "the episode is over", allowed)
+                else:
+                    result = await seat._step(action, None)
+                    if result.info.infrastructure:
+                        assert result.info.failure is not None
+                        raise InfraFailure("step", f"{result.info.failure.value}: "
+                                                   f"{result.info.detail}")  # fmt: skip
+                # Its checks are not the team's outcome: only their risk counts, as its own.
+                if not seat._observe(result.model_copy(update={
+                    "reward": 0.0, "components": {}, "done": False,
+                })):  # fmt: skip
+                    break
+        finally:
+            if token is not None:
+                await self.env.rollback(token)
+        return reply
+
+    def _tools(self, kind: str) -> list[dict[str, Any]]:
+        role = self.roles[kind]
+        offered = list(getattr(self.env, "tools", []))
+        if role.tools is None:
+            return offered if kind == "executor" else []
+        names = set(role.tools)
+        if kind != "executor":
+            names -= set(self.submits)
+        return [t for t in offered if _tool_name(t) in names]
+
+    def _visible(self, observation: Observation, kind: str) -> Observation:
+        return observation.model_copy(update={"tools": self._tools(kind)})
+
+    def _refused(self, action: Action, kind: str) -> str | None:
+        """Why the action is not allowed for the role (a tool it may not call), or None."""
+        role = self.roles[kind]
+        if role.tools is None and kind == "executor":
+            return None
+        allowed = {_tool_name(t) for t in self._tools(kind)}
+        banned = [c.name for c in action.tool_calls if c.name not in allowed]
+        if not banned:
+            return None
+        return (f"the {role.role} role may not call {', '.join(banned)}; its tools: "
+                f"{', '.join(sorted(str(n) for n in allowed)) or 'none'}")  # fmt: skip
+
+    def _work(self) -> str:
+        """The executor's turns so far, as the validator is shown them (each cut short)."""
+        lines = []
+        for t in self.executor.traj.turns[1:]:
+            who = "executor" if t.role == "assistant" else "result"
+            lines.append(f"[{who}] {_short(t.text, 1200)}")
+        return "\n".join(lines[-12:]) or "(nothing yet)"
+
+    # -- credit ---------------------------------------------------------------------------------
+
+    def _finish(self) -> Trajectory:
+        lead = self.executor._finish(self.started)
+        rewards = self.team.rewards
+        team_reward, success = lead.reward, lead.success
+        lead.reward = rewards.outcome * team_reward
+        lead.components["team_rounds"] = float(len(self.reviews))  # validator reviews
+        lead.components["team_accepted"] = float(
+            bool(self.reviews) and self.reviews[-1].verdict is Verdict.ACCEPT
+        )
+        for kind, seat in self.seats.items():
+            if kind == "executor":
+                continue
+            traj = seat._finish(self.started)
+            traj.success = success
+            traj.ending, traj.failure, traj.detail = lead.ending, lead.failure, lead.detail
+            traj.components["outcome"] = lead.components.get("outcome", 0.0)
+            traj.reward = rewards.outcome * team_reward
+            if kind == "validator" and self.reviews:
+                correct = sum(r.correct for r in self.reviews) / len(self.reviews)
+                traj.components.update(_review_counts(self.reviews))
+                traj.components["verdict_correct"] = correct
+                traj.reward += rewards.verdict * correct
+            if kind == "analyst":
+                executed = "\n".join(t.text for t in lead.turns if t.role == "assistant")
+                followed = plan_followed(self.plan, executed)
+                traj.components["plan_followed"] = followed
+                traj.reward += rewards.plan * followed
+            lead.partners.append(traj)
+        return lead
+
+
+def _review_counts(reviews: list[Review]) -> dict[str, float]:
+    """The validator's confusion counts against the verifier (for precision and recall: a
+    "positive" is an accepted submission)."""
+    return {
+        "reviews": float(len(reviews)),
+        "accepted_good": float(sum(r.verdict is Verdict.ACCEPT and r.good for r in reviews)),
+        "accepted_bad": float(sum(r.verdict is Verdict.ACCEPT and not r.good for r in reviews)),
+        "rejected_good": float(sum(r.verdict is not Verdict.ACCEPT and r.good for r in reviews)),
+        "rejected_bad": float(sum(r.verdict is not Verdict.ACCEPT and not r.good for r in reviews)),
+    }
+
+
+def _refusal(action: Action, why: str, tools: list[dict[str, Any]]) -> StepResult:
+    results = [ToolResult(call_id=c.id, name=c.name, content=f"not run: {why}", ok=False)
+               for c in action.tool_calls]  # fmt: skip
+    return StepResult(observation=Observation(text="", update="", tool_results=results,
+                                              tools=tools),
+                      reward=0.0, components={}, done=False,
+                      info=StepInfo(failure=FailureReason.UNKNOWN_TOOL, detail=why))  # fmt: skip
+
+
+def _tool_name(schema: dict[str, Any]) -> str:
+    function = schema.get("function", schema)
+    return str(function.get("name", "")) if isinstance(function, dict) else ""
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]} …"
+
+
+__all__ = [
+    "SUBMIT_TOOLS",
+    "Review",
+    "RoleConfig",
+    "TeamConfig",
+    "TeamRewards",
+    "Verdict",
+    "parse_verdict",
+    "plan_followed",
+    "plan_terms",
+    "run_team_episode",
+]

@@ -1,0 +1,265 @@
+"""Team episodes on a real environment (math, in the sandbox) with a scripted engine: the
+protocol (plan, gated submission, rollback on rejection, STOP), each role's token-faithful
+trajectory and named reward, and per-role groups whose advantages differ as they should."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from honing.envs.base import EnvConfig
+from honing.envs.registry import make_env
+from honing.records import Ending, Group, Trajectory, by_role
+from honing.rl.advantages import grpo_advantages
+from honing.rollout.agent import AgentConfig
+from honing.rollout.engines.base import Prompt, SamplingParams
+from honing.rollout.engines.scripted import ScriptedEngine
+from honing.rollout.models import load_tokenizer
+from honing.rollout.team import (
+    Review,
+    TeamConfig,
+    Verdict,
+    parse_verdict,
+    plan_followed,
+    plan_terms,
+    run_team_episode,
+)
+from honing.sandbox import SandboxPool
+from honing.tasks.load import AnyTask, load_tasks
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+AGENT = AgentConfig(sampling=SamplingParams(max_new_tokens=96), max_turns=4)
+TEAM = TeamConfig.model_validate(
+    {"roles": [{"kind": "analyst"}, {"kind": "executor"}, {"kind": "validator"}]}
+)
+
+
+def call(name: str, **arguments: Any) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir: Path) -> Any:
+    return load_tokenizer(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def product() -> AnyTask:
+    [task] = [t for t in load_tasks("examples-math").tasks if t.id == "example-math/product"]
+    return task  # What is 347 × 86? → 29842
+
+
+def team_engine(tok: Any, executor: list[str], validator: list[str],
+                plan: str = "1. Multiply 347 by 86 with the calculator.") -> ScriptedEngine:  # fmt: skip
+    """Answers by role (read from the prompt's system message), each role's script in order."""
+    said = {"analyst": 0, "validator": 0, "executor": 0}
+
+    def respond(prompt: Prompt, _: int) -> str:
+        text = tok.decode(prompt.token_ids or [])
+        role = ("analyst" if "You are the analyst" in text
+                else "validator" if "You are the validator" in text else "executor")  # fmt: skip
+        script = {"analyst": [plan], "validator": validator, "executor": executor}[role]
+        i = said[role]
+        said[role] += 1
+        return script[min(i, len(script) - 1)]
+
+    return ScriptedEngine(respond, tokenizer=tok)
+
+
+async def play(
+    task: AnyTask,
+    pool: SandboxPool,
+    engine: ScriptedEngine,
+    team: TeamConfig = TEAM,
+    reviews: list[Review] | None = None,
+) -> Trajectory:
+    env = make_env("math", pool, EnvConfig(max_steps=AGENT.max_turns))
+    on_review: Callable[[Review], None] | None = None if reviews is None else reviews.append
+    return await run_team_episode(task, env, engine, team, AGENT, on_review=on_review)
+
+
+def roles(lead: Trajectory) -> dict[str, Trajectory]:
+    return {t.role: t for t in [lead, *lead.partners]}
+
+
+async def test_a_rejected_answer_is_rolled_back_and_the_accepted_one_scores(
+    module_pool: SandboxPool, tok: Any, product: AnyTask
+) -> None:
+    engine = team_engine(
+        tok,
+        executor=[call("calculator", expression="347*86"), call("answer", value="29000"),
+                  call("answer", value="29842")],  # fmt: skip
+        validator=["The product is off.\nREJECT: 347 × 86 is not 29000", "ACCEPT"],
+    )
+    reviews: list[Review] = []
+    lead = await play(product, module_pool, engine, reviews=reviews)
+    team = roles(lead)
+    assert set(team) == {"analyst", "executor", "validator"}
+    assert lead.role == "executor" and lead.success and lead.ending is Ending.DONE
+    # The rejected answer never reached the verifier's record: rolled back, the executor told.
+    tool_turns = [t for t in lead.turns if t.role == "tool"]
+    assert tool_turns[0].failure is None  # the calculator: no submission, no review
+    assert tool_turns[1].failure == "validator_rejected"
+    assert "347 × 86 is not 29000" in tool_turns[1].text
+    assert tool_turns[-1].components["outcome"] == 1.0
+    assert [(r.verdict, r.good) for r in reviews] == [(Verdict.REJECT, False), (Verdict.ACCEPT, True)]
+    validator = team["validator"]
+    assert validator.components["verdict_correct"] == 1.0
+    assert validator.components["accepted_good"] == 1.0
+    assert validator.components["rejected_bad"] == 1.0
+    assert validator.reward == pytest.approx(1.0 + 0.5)
+    assert lead.components["team_rounds"] == 2.0
+    # The analyst's plan reached the executor's prompt; of its terms (multiply, calculator) the
+    # executor used one.
+    assert "The analyst's plan:" in lead.turns[0].text
+    analyst = team["analyst"]
+    assert analyst.components["plan_followed"] == 0.5
+    assert analyst.reward == pytest.approx(1.0 + 0.2 * 0.5)
+    assert all(t.success for t in team.values())
+    # Token-faithful per role: each role's model tokens are its own turns, nothing else.
+    for t in team.values():
+        assert len(t.token_ids) == len(t.loss_mask) == len(t.logprobs) == len(t.versions)
+        mine = [tid for tid, m in zip(t.token_ids, t.loss_mask, strict=True) if m]
+        spans = [tid for turn in t.turns if turn.role == "assistant"
+                 for tid in t.token_ids[turn.start:turn.end]]  # fmt: skip
+        assert mine == spans and mine
+
+
+async def test_a_wrong_accept_costs_the_validator_its_verdict_reward(
+    module_pool: SandboxPool, tok: Any, product: AnyTask
+) -> None:
+    engine = team_engine(tok, executor=[call("answer", value="29000")], validator=["ACCEPT"])
+    lead = await play(product, module_pool, engine)
+    validator = roles(lead)["validator"]
+    assert not lead.success
+    assert validator.components["verdict_correct"] == 0.0
+    assert validator.components["accepted_bad"] == 1.0
+    assert validator.reward == 0.0
+
+
+async def test_rejections_past_max_rounds_end_the_episode_unsubmitted(
+    module_pool: SandboxPool, tok: Any, product: AnyTask
+) -> None:
+    team = TEAM.model_copy(update={"max_rounds": 2})
+    engine = team_engine(tok, executor=[call("answer", value="29842")],
+                         validator=["REJECT: show your work"])  # fmt: skip
+    lead = await play(product, module_pool, engine, team)
+    assert lead.failure == "validator_rejected" and not lead.success
+    assert lead.components["outcome"] == 0.0
+    validator = roles(lead)["validator"]
+    assert validator.components["rejected_good"] == 2.0
+    assert validator.components["verdict_correct"] == 0.0
+
+
+async def test_a_tool_call_after_stop_is_a_risk_and_is_not_run(
+    module_pool: SandboxPool, tok: Any, product: AnyTask
+) -> None:
+    engine = team_engine(
+        tok,
+        executor=[call("answer", value="29842"), call("calculator", expression="1+1")],
+        validator=["STOP: the task must not be answered"],
+    )
+    lead = await play(product, module_pool, engine)
+    assert lead.failure == "validator_stopped"
+    assert [e.name for e in lead.risks] == ["acted_after_stop"]
+    assert lead.risk == 0.5  # medium: the call it made was not run
+    last = lead.turns[-1]
+    assert last.role == "tool" and "Not run" in last.text
+
+
+async def test_a_validator_without_a_verdict_counts_as_wrong_and_blocks(
+    module_pool: SandboxPool, tok: Any, product: AnyTask
+) -> None:
+    team = TEAM.model_copy(update={"max_rounds": 1})
+    engine = team_engine(tok, executor=[call("answer", value="29842")],
+                         validator=["Looks plausible to me."])  # fmt: skip
+    lead = await play(product, module_pool, engine, team)
+    assert lead.failure == "validator_rejected"
+    assert roles(lead)["validator"].components["verdict_correct"] == 0.0
+
+
+async def test_validator_checks_run_on_a_checkpoint_and_leave_no_trace(
+    module_pool: SandboxPool, tok: Any, product: AnyTask
+) -> None:
+    team = TeamConfig.model_validate({"roles": [
+        {"kind": "executor"},
+        {"kind": "validator", "tools": ["calculator", "answer"]},  # answer: a submit tool, dropped
+    ]})  # fmt: skip
+    engine = team_engine(
+        tok,
+        executor=[call("answer", value="29842")],
+        validator=[call("calculator", expression="347*86"), call("answer", value="1"), "ACCEPT"],
+    )
+    lead = await play(product, module_pool, engine, team)
+    validator = roles(lead)["validator"]
+    assert lead.success and "analyst" not in roles(lead)
+    results = [t.text for t in validator.turns if t.role == "tool"]
+    assert "29842" in results[0]
+    assert "may not call answer" in results[1]
+    # The environment judged only the executor's answer: one step.
+    assert [t.failure for t in lead.turns if t.role == "tool"] == [None]
+    assert validator.reward == pytest.approx(1.5) and validator.components["outcome"] == 1.0
+
+
+def test_team_config_names_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="exactly one executor"):
+        TeamConfig.model_validate({"roles": [{"kind": "analyst"}]})
+    with pytest.raises(ValueError, match="at most one validator"):
+        TeamConfig.model_validate({"roles": [{"kind": "executor"}, {"kind": "validator"},
+                                             {"kind": "validator", "name": "second"}]})  # fmt: skip
+    with pytest.raises(ValueError, match="distinct"):
+        TeamConfig.model_validate({"roles": [{"kind": "executor", "name": "x"},
+                                             {"kind": "validator", "name": "x"}]})  # fmt: skip
+
+
+def test_parse_verdict_reads_the_last_verdict_line() -> None:
+    assert parse_verdict("I ran it.\n**ACCEPT**") == (Verdict.ACCEPT, "")
+    assert parse_verdict("REJECT: off by one\nsee above") == (Verdict.REJECT, "off by one")
+    assert parse_verdict("accept\nReject - the loop never ends.") == (
+        Verdict.REJECT,
+        "the loop never ends",
+    )
+    assert parse_verdict("STOP: it deletes the table") == (Verdict.STOP, "it deletes the table")
+    assert parse_verdict("I accept that this looks right") == (None, "")
+    assert parse_verdict("") == (None, "")
+
+
+def test_plan_followed_is_the_share_of_plan_terms_used() -> None:
+    plan = "1. Parse the numbers with int().\n2. Multiply them and return the product."
+    assert plan_terms(plan) == {"parse", "numbers", "multiply", "product"}
+    assert plan_followed(plan, "x = int(a)\nproduct = multiply(x, y)") == 0.5
+    assert plan_followed(plan, "nothing relevant") == 0.0
+    assert plan_followed("Do it.", "anything") == 0.0
+
+
+def _traj(role: str, sample: int, reward: float) -> Trajectory:
+    return Trajectory(task_id="t", domain="math", role=role, sample=sample, reward=reward)
+
+
+def test_by_role_gives_each_role_its_own_advantages() -> None:
+    """Two samples where the executor answered wrong both times: the validator rejected it once
+    (right) and accepted it once (wrong). The executor's group has no signal; the validator's
+    credits the right rejection and blames the wrong accept."""
+    leads = []
+    for sample, validator_reward in enumerate([0.5, 0.0]):
+        lead = _traj("executor", sample, 0.0)
+        lead.partners = [_traj("validator", 0, validator_reward)]
+        lead.id = f"g/{sample}"
+        leads.append(lead)
+    groups = by_role([Group("t", "g", leads)])
+    by_name = {g.group_id: g for g in groups}
+    assert set(by_name) == {"g:executor", "g:validator"}
+    validators = by_name["g:validator"].trajectories
+    assert [t.sample for t in validators] == [0, 1]
+    assert [t.id for t in validators] == ["g/0:validator", "g/1:validator"]
+    executor_adv = grpo_advantages(torch.tensor([by_name["g:executor"].rewards]))[0].tolist()
+    validator_adv = grpo_advantages(torch.tensor([by_name["g:validator"].rewards]))[0].tolist()
+    assert executor_adv == [0.0, 0.0]
+    assert validator_adv[0] > 0 > validator_adv[1]
+    assert all(not t.partners for t in leads)
+    assert by_role(groups) == groups  # already split: unchanged
