@@ -49,7 +49,7 @@ def update_record(
 ) -> UpdateRecord:
     """One update's line of metrics.jsonl (and `update` event): its outcomes, timings, learner
     figures, learning signal, staleness counts (`{"<lag>": count}`), scalars (throughput,
-    unaided answers) and risk (rate, cost, weight, multiplier)."""
+    unaided answers, a team's `team/*`) and risk (rate, cost, weight, multiplier)."""
     return UpdateRecord(
         step=step,
         phase=phase,
@@ -70,6 +70,7 @@ def update_record(
             k.removeprefix(_UNAIDED): v for k, v in scalars.items() if k.startswith(_UNAIDED)
         },
         risk=dict(risk),
+        team={k.removeprefix("team/"): v for k, v in scalars.items() if k.startswith("team/")},
         time=time.time(),
     )
 

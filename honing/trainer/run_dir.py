@@ -106,6 +106,9 @@ class UpdateRecord:
     # rate and cost (honing.observe.metrics.RiskSummary), weight (the price this update trained
     # with) and multiplier (constrained mode: its value after the update)
     risk: dict[str, float] = field(default_factory=dict)
+    # a team's figures (honing.observe.metrics.team_scalars without the `team/` prefix): validator
+    # precision, recall, verdict_accuracy, rounds, accepted, reviews, reward/<role>
+    team: dict[str, float] = field(default_factory=dict)
     time: float | None = None  # unix time it was logged
 
     def to_json(self) -> dict[str, Any]:
@@ -127,6 +130,7 @@ class UpdateRecord:
             "signal": self.signal,
             "unaided_answers": self.unaided_answers,
             "risk": self.risk,
+            "team": self.team,
             "time": self.time,
         }
 
@@ -152,6 +156,7 @@ class UpdateRecord:
             episodes_per_s=as_float(record.get("episodes_per_s")),
             unaided_answers=_numbers(record.get("unaided_answers")),
             risk=_numbers(record.get("risk")),
+            team=_numbers(record.get("team")),
             time=as_float(record.get("time", record.get("t"))),
         )
 

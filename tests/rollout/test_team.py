@@ -92,8 +92,11 @@ async def test_a_rejected_answer_is_rolled_back_and_the_accepted_one_scores(
 ) -> None:
     engine = team_engine(
         tok,
-        executor=[call("calculator", expression="347*86"), call("answer", value="29000"),
-                  call("answer", value="29842")],  # fmt: skip
+        executor=[
+            call("calculator", expression="347*86"),
+            call("answer", value="29000"),
+            call("answer", value="29842"),
+        ],  # fmt: skip
         validator=["The product is off.\nREJECT: 347 × 86 is not 29000", "ACCEPT"],
     )
     reviews: list[Review] = []
@@ -107,7 +110,10 @@ async def test_a_rejected_answer_is_rolled_back_and_the_accepted_one_scores(
     assert tool_turns[1].failure == "validator_rejected"
     assert "347 × 86 is not 29000" in tool_turns[1].text
     assert tool_turns[-1].components["outcome"] == 1.0
-    assert [(r.verdict, r.good) for r in reviews] == [(Verdict.REJECT, False), (Verdict.ACCEPT, True)]
+    assert [(r.verdict, r.good) for r in reviews] == [
+        (Verdict.REJECT, False),
+        (Verdict.ACCEPT, True),
+    ]
     validator = team["validator"]
     assert validator.components["verdict_correct"] == 1.0
     assert validator.components["accepted_good"] == 1.0
