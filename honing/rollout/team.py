@@ -24,8 +24,9 @@ component: the validator `verdict_correct` (the share of its verdicts that the v
 verdict on the tried submission agrees with), the analyst `plan_followed` (the share of its plan's
 terms that the executor's turns used, `plan_followed`). Every role's `success` is the team's.
 
-All roles share one engine (one policy, told apart by their prompts): see docs/training.md,
-"Teams". Not covered: scheduling and retries (`honing.rollout.scheduler`), advantages
+By default all roles share one engine (one policy, told apart by their prompts); with
+`adapters: per_role` a `RoleEngines` gives each role its own (docs/training.md, "Teams").
+Not covered: scheduling and retries (`honing.rollout.scheduler`), advantages
 (`honing.records.by_role` then the learner, per group).
 """
 
@@ -36,7 +37,7 @@ import contextlib
 import enum
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -55,7 +56,7 @@ from honing.errors import ConfigError
 from honing.records import Ending, Trajectory
 from honing.risk import event, risk_cost
 from honing.rollout.agent import OPEN_GATE, AgentConfig, EnvLike, Gate, InfraFailure, _Episode
-from honing.rollout.engines.base import Engine
+from honing.rollout.engines.base import Engine, Generation, Prompt, SamplingParams, WeightUpdate
 from honing.tasks.load import AnyTask
 
 # What submits in each built-in domain (besides any action that ends the episode).
@@ -125,6 +126,12 @@ class TeamConfig(StrictModel):
         None, description="Tools whose calls are submissions; None: the domain's (SUBMIT_TOOLS)."
     )
     rewards: TeamRewards = TeamRewards()
+    adapters: Literal["shared", "per_role"] = Field(
+        "shared",
+        description="shared: every role is the same policy (told apart by its prompt). per_role: "
+        "each role trains its own LoRA adapter on the same base (learner.lora), served by an "
+        "engine of its own (honing train).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TeamConfig:
@@ -149,6 +156,45 @@ class TeamConfig(StrictModel):
         return tuple(self.submit_tools) if self.submit_tools is not None else (
             SUBMIT_TOOLS.get(domain, ())
         )  # fmt: skip
+
+
+class RoleEngines:
+    """One engine per role (a team with per-role adapters), usable wherever one engine is: as an
+    `Engine` it is the executor's (its version, tokenizer, generate), and `run_team_episode` asks
+    it for each role's own with `for_role`. A role it does not name plays on the executor's."""
+
+    def __init__(self, engines: dict[str, Engine], primary: str) -> None:
+        if primary not in engines:
+            raise ConfigError(f"RoleEngines: no engine for the primary role {primary!r}")
+        self.engines, self.primary = dict(engines), engines[primary]
+        self.name = self.primary.name
+        self.accepts_tokens = self.primary.accepts_tokens
+
+    def for_role(self, role: str) -> Engine:
+        return self.engines.get(role, self.primary)
+
+    @property
+    def version(self) -> int:
+        return self.primary.version
+
+    @property
+    def tokenizer(self) -> Any | None:
+        return self.primary.tokenizer
+
+    async def generate(self, prompts: Sequence[Prompt], sampling: SamplingParams
+                       ) -> list[Generation]:  # fmt: skip
+        return await self.primary.generate(prompts, sampling)
+
+    async def update_weights(self, update: WeightUpdate) -> None:
+        await self.primary.update_weights(update)
+
+    async def close(self) -> None:
+        """Close every engine (each once)."""
+        seen: set[int] = set()
+        for engine in self.engines.values():
+            if id(engine) not in seen:
+                seen.add(id(engine))
+                await engine.close()
 
 
 def parse_verdict(text: str) -> tuple[Verdict | None, str]:
@@ -250,7 +296,8 @@ class _Team:
             config = agent.model_copy(update={"system_prompt": prompt})
             if role.kind != "executor":
                 config = config.model_copy(update={"max_turns": role.max_turns})
-            seat = _Episode(task, env, engine, config, gate, None, sample, group_id)
+            plays = engine.for_role(role.role) if isinstance(engine, RoleEngines) else engine
+            seat = _Episode(task, env, plays, config, gate, None, sample, group_id)
             seat.traj.role = role.role
             self.seats[role.kind] = seat
             self.roles[role.kind] = role
@@ -567,6 +614,7 @@ __all__ = [
     "SUBMIT_TOOLS",
     "Review",
     "RoleConfig",
+    "RoleEngines",
     "TeamConfig",
     "TeamRewards",
     "Verdict",

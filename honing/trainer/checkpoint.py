@@ -159,12 +159,14 @@ def save_checkpoint(
     loop_state: BaseModel | Mapping[str, Any],
     *,
     keep: int | None = 2,
+    roles: Mapping[str, Learner] | None = None,
 ) -> Path:
     """Write `run_dir/checkpoints/step-{step:08d}/` atomically, point LATEST at it, and delete
     older checkpoints beyond the newest `keep` (None keeps all; the new one is always kept).
     `loop_state`: the closed loop's own state, a pydantic model or a JSON-able mapping; it comes
-    back as `LoadedCheckpoint.loop_state`. Checkpoints of steps after `step` (left by a run that
-    was resumed from an earlier checkpoint) are deleted: they belong to an abandoned history.
+    back as `LoadedCheckpoint.loop_state`. `roles`: a team's other learners (per-role adapters),
+    each saved as `learner-ROLE/`. Checkpoints of steps after `step` (left by a run that was
+    resumed from an earlier checkpoint) are deleted: they belong to an abandoned history.
     Returns the checkpoint's directory."""
     if step < 0:
         raise ValueError(f"checkpoint step must be >= 0, got {step}")
@@ -179,6 +181,8 @@ def save_checkpoint(
     tmp.mkdir()
     try:
         learner.save(tmp / "learner")
+        for role, other in (roles or {}).items():
+            other.save(tmp / f"learner-{role}")
         rng.save(tmp / "rng.pt")
         (tmp / "state.json").write_text(state)
         files = {
@@ -307,11 +311,14 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1][1] if found else None
 
 
-def load_checkpoint(path: Path, learner: Learner) -> LoadedCheckpoint:
+def load_checkpoint(
+    path: Path, learner: Learner, roles: Mapping[str, Learner] | None = None
+) -> LoadedCheckpoint:
     """Load the checkpoint directory `path` into `learner` (built from the run's model and
     LearnerConfig) and restore the random generators. Every file is read and checked (sizes,
     format, config, tensor names and shapes) before the learner or a generator changes; a
-    missing, truncated or corrupt file, or another learner config, is a CheckpointError."""
+    missing, truncated or corrupt file, or another learner config, is a CheckpointError.
+    `roles`: a team's other learners, loaded from `learner-ROLE/` (missing: a CheckpointError)."""
     meta_path = path / "meta.json"
     if not meta_path.is_file() and (path / "checkpoints").is_dir():
         raise CheckpointError(
@@ -340,7 +347,15 @@ def load_checkpoint(path: Path, learner: Learner) -> LoadedCheckpoint:
             )
     loop_state = _read_json(path / "state.json")
     rng = RngState.load(path / "rng.pt")
+    for role in roles or {}:
+        if not (path / f"learner-{role}").is_dir():
+            raise CheckpointError(
+                f"{path} holds no learner for role {role!r} (learner-{role}/): it was saved by a "
+                "run without per-role adapters; resume with the team config it was saved with"
+            )
     learner.load(path / "learner")
+    for role, other in (roles or {}).items():
+        other.load(path / f"learner-{role}")
     rng.restore()
     if version != honing.__version__:
         log.warning(

@@ -47,7 +47,7 @@ from honing.rl.risk import explore_temperature, lagrange_step
 from honing.rollout.agent import Gate, run_episode
 from honing.rollout.engines.base import Engine
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
-from honing.rollout.team import run_team_episode
+from honing.rollout.team import RoleEngines, run_team_episode
 from honing.sandbox import SandboxPool
 from honing.store import TrajectoryWriter
 from honing.tasks.load import AnyTask, TaskSet
@@ -72,6 +72,7 @@ from honing.trainer.run_dir import (
     EvalPoint,
     RunDir,
     UpdateRecord,
+    numeric_fields,
 )
 from honing.trainer.sources import TaskMixer, load_source
 from honing.trainer.sync import run_engine, serve_model, serves_from_files, sync_weights
@@ -156,15 +157,21 @@ async def train(
                 torch.manual_seed(config.seed)  # the adapter's initialisation
                 random.seed(config.seed)
                 learner = Learner(model_path, config.learner_config)
+                roles = _role_learners(config, model_path)
+                if roles and own_engine:  # each role's adapter is served by an engine of its own
+                    engine = _role_engines(config, engine, model_path, roles)
                 if checkpoint is not None:
-                    state = load_checkpoint(checkpoint, learner).state(LoopState)
+                    state = load_checkpoint(checkpoint, learner, roles).state(LoopState)
                     _rewind(run, state)
                     log.info("resuming %s at step %d (%s)", run.path, state.step, checkpoint.name)
-                    # the engine starts from the checkpoint's weights
+                    # the engines start from the checkpoint's weights
                     await sync_weights(learner, engine, staging=run / WEIGHTS_DIR)
+                    for role, other in roles.items():
+                        await sync_weights(other, _engine_of(engine, role),
+                                           staging=run / WEIGHTS_DIR / role)  # fmt: skip
                 trainer = Trainer(config, run, engine, pool, learner, state, heldout, train_sets,
                                   started=started, precision=precision, sinks=sinks,
-                                  progress=progress, on_step=on_step)  # fmt: skip
+                                  progress=progress, on_step=on_step, roles=roles)  # fmt: skip
                 return await trainer.run()
         finally:
             if own_engine:
@@ -238,8 +245,10 @@ class Trainer:
         sinks: Sequence[MetricSink] = (),
         progress: RunProgress | None = None,
         on_step: Callable[[UpdateRecord], None] | None = None,
+        roles: dict[str, Learner] | None = None,
     ) -> None:
         self.config, self.rundir = config, run
+        self.roles = roles or {}  # a team's other roles' learners (per-role adapters)
         self.engine, self.pool, self.learner, self.state = engine, pool, learner, state
         self.heldout, self.train_sets = heldout, train_sets
         self.mixer = TaskMixer(train_sets, {n: s.weight for n, s in config.train.items()},
@@ -319,15 +328,23 @@ class Trainer:
         trajectories = [t for g in groups for t in g.trajectories]
         if not self.checked_match:
             self.checked_match = True
-            self.match = startup_check(self.learner, trajectories, self.precision, step + 1)
+            own = [t for t in trajectories if t.role not in self.roles]  # the learner's policy
+            self.match = startup_check(self.learner, own, self.precision, step + 1)
         weight = self.risk_weight()
         signal = learning_signal(groups, weight)
         self.signals.append(signal)
         self._activity("update")
-        stats = self.learner.update(groups, risk_weight=weight)
+        mine = [g for g in groups if _role_of(g) not in self.roles]
+        stats = self.learner.update(mine, risk_weight=weight)
+        role_stats = {role: other.update([g for g in groups if _role_of(g) == role],
+                                         risk_weight=weight)
+                      for role, other in self.roles.items()}  # fmt: skip
         risk = self._account_risk(trajectories, weight)
         self._activity("sync")
         sync = await sync_weights(self.learner, self.engine, staging=self.rundir / WEIGHTS_DIR)
+        for role, other in self.roles.items():
+            await sync_weights(other, _engine_of(self.engine, role),
+                               staging=self.rundir / WEIGHTS_DIR / role)  # fmt: skip
         self.state.step += 1
         emit("sync", self.state.step, seconds=sync.seconds, mode=sync.mode)
         used = self.pool.usage().since(usage)
@@ -336,6 +353,9 @@ class Trainer:
                                  learner={k: getattr(stats, k) for k in stats.__dataclass_fields__},
                                  busy_fraction=used.busy_fraction)  # fmt: skip
         metrics.scalars.update(signal.scalars())
+        for role, role_stat in role_stats.items():
+            for name, value in numeric_fields(role_stat).items():
+                metrics.scalars[f"learner/{role}/{name}"] = value
         metrics.scalars.update({f"risk/{k}": v for k, v in risk.items()
                                 if k in ("weight", "multiplier")})  # fmt: skip
         sources = dict(Counter(name for name, _ in drawn))
@@ -439,12 +459,47 @@ class Trainer:
         state = self.state.model_copy(update={"elapsed_s": self.elapsed()})
         keep = self.config.checkpoint.keep
         path = save_checkpoint(self.rundir.path, self.state.step, self.learner,
-                               state.model_dump(mode="json"), keep=keep)  # fmt: skip
+                               state.model_dump(mode="json"), keep=keep,
+                               roles=self.roles)  # fmt: skip
         seconds = time.perf_counter() - started
         emit("checkpoint", self.state.step, path=str(path), seconds=seconds)
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def _role_learners(config: TrainConfig, model_path: str) -> dict[str, Learner]:
+    """A learner (its own LoRA adapter on the same base) for each team role but the executor,
+    when the team trains per-role adapters; none otherwise (the executor's is the run's)."""
+    team = config.team
+    if team is None or team.adapters != "per_role":
+        return {}
+    roles = {}
+    for role in team.roles:
+        if role.kind != "executor":
+            torch.manual_seed(config.seed)  # every adapter starts as the executor's did
+            roles[role.role] = Learner(model_path, config.learner_config)
+    return roles
+
+
+def _role_engines(config: TrainConfig, engine: Engine, model_path: str,
+                  roles: dict[str, Learner]) -> RoleEngines:  # fmt: skip
+    """The run's engine for the executor and one more per role in `roles`, on `model_path`."""
+    assert config.team is not None
+    executor = config.team.role("executor")
+    assert executor is not None
+    engines = {executor.role: engine}
+    engines.update({role: run_engine(config, model_path) for role in roles})
+    return RoleEngines(engines, executor.role)
+
+
+def _engine_of(engine: Engine, role: str) -> Engine:
+    """`role`'s engine: its own when the run has per-role engines, else the one engine."""
+    return engine.for_role(role) if isinstance(engine, RoleEngines) else engine
+
+
+def _role_of(group: Group) -> str:
+    return group.trajectories[0].role if group.trajectories else ""
 
 
 def _checkpoint_step(checkpoint: Path) -> int:

@@ -174,6 +174,15 @@ class WarmStart(StrictModel):
     calculator_first: bool = Field(
         True, description="Traces of arithmetic tasks call the calculator before answering."
     )
+    risky_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="traces only: this share of the trace tasks that have a "
+        "metadata.risky_reference are played from it instead of their reference (the same "
+        "tasks every run: chosen by a hash of their id), so the warm-started policy takes both "
+        "paths. Every trace must still succeed.",
+    )
     epochs: int = Field(1, ge=1)
     batch_size: int = Field(8, ge=1, description="Examples per optimiser step.")
     lr: float = Field(2e-4, gt=0, description="Learning rate of the warm start.")
@@ -182,6 +191,11 @@ class WarmStart(StrictModel):
     def _check(self) -> WarmStart:
         if (self.data is None) == (self.traces is None):
             raise ValueError("warm_start needs exactly one of data (a JSONL file) or traces")
+        if self.risky_share > 0 and self.traces is None:
+            raise ValueError(
+                f"warm_start.risky_share ({self.risky_share:g}) applies to traces only; "
+                "warm_start.data is played as it is: drop risky_share"
+            )
         return self
 
 
@@ -262,6 +276,18 @@ class TrainConfig(StrictModel):
                 "agent.temperature, which is 0 (greedy): set agent.temperature > 0, or turn "
                 "explore off"
             )
+        if self.team is not None and self.team.adapters == "per_role":
+            if self.learner.lora is None:
+                raise ValueError(
+                    "team.adapters: per_role trains a LoRA adapter per role on the same base: "
+                    "set learner.lora (e.g. learner.lora.r=16), or use team.adapters: shared"
+                )
+            if self.engine.url is not None:
+                raise ValueError(
+                    "team.adapters: per_role serves each role from an in-process engine of its "
+                    f"own; engine.url ({self.engine.url}) is one server: drop engine.url, or use "
+                    "team.adapters: shared"
+                )
         if "temperature" in self.learner.model_fields_set:
             raise ValueError(
                 f"learner.temperature is {self.learner.temperature}, but honing train takes it "
