@@ -129,5 +129,5 @@ def test_each_role_trains_and_serves_its_own_adapter_and_resumes(
 def test_per_role_adapters_need_lora(tmp_path: Path, tiny_model_dir: Path) -> None:
     raw = config(tmp_path, tiny_model_dir, steps=1).model_dump(mode="json")
     raw["learner"].pop("lora")
-    with pytest.raises(ValueError, match="set learner.lora"):
+    with pytest.raises(ValueError, match=r"set learner\.lora"):
         TrainConfig.model_validate(raw)
