@@ -6,7 +6,8 @@
               and EpisodePoint, RunInfo, RiskPlan)
     charts    SVG line, stacked-bar and share charts (Chart, Series)
     markup    escaping, numbers and durations in words, sections and tables
-    samples   the sample episodes: whole conversations, escaped, risk events as badges
+    samples   the sample episodes: whole conversations, escaped, risk events and team roles as
+              badges, a team episode's roles together
     page      the headline, the sections, the CSS, render and build_report
 
 Sources: the run's event log, else the files every run has (metrics, evals, result, config, the

@@ -6,7 +6,8 @@ read through their owner, `honing.trainer.run_dir` (and its records: `UpdateReco
 `EvalPoint` per held-out evaluation). Risk (honing.risk) comes from the same places: the update
 records' `risk`, the episodes' events, `risk:` in the config. What was not recorded goes into
 `RunData.notes` with the reason; only a directory that is not a run, or a damaged log, raises
-`ConfigError`.
+`ConfigError`. A team's roles (honing.rollout.team) are each an episode of their own, with its
+`role` (the episode events' `role`, else the store's).
 
 Not covered: how any of it is drawn or worded (honing.report.page and .charts).
 """
@@ -67,6 +68,7 @@ class EpisodePoint:
     staleness: int | None
     risk: float = 0.0  # the episode's risk cost (0 also in a run from before risk was recorded)
     risks: tuple[RiskEvent, ...] = ()  # the risk events of all its steps
+    role: str = ""  # the team role that played it (honing.rollout.team); "" for a single agent
 
     @property
     def risky(self) -> bool:
@@ -382,6 +384,7 @@ def _episode_from_trajectory(step: int, t: Trajectory, learner: int | None) -> E
         staleness=staleness,
         risk=t.risk,
         risks=tuple(t.risks),
+        role=t.role,
     )
 
 
@@ -423,6 +426,7 @@ def _episodes_from_events(
                 staleness=int(stale) if isinstance(stale, int) else None,
                 risk=as_float(e.get("risk")) or 0.0,
                 risks=_risk_events(e),
+                role=str(e.get("role") or ""),
             )
         )
     return out

@@ -1,6 +1,7 @@
 """The report page: the headline, one section per question (summary, reward and success, held-out
-evaluations, failures, risky actions, time, staleness, learner, tasks; the sample episodes come
-from honing.report.samples), the CSS, `render(data) -> str` and `build_report`.
+evaluations, failures, risky actions, the team (only for a run played by teams), time, staleness,
+learner, tasks; the sample episodes come from honing.report.samples), the CSS,
+`render(data) -> str` and `build_report`.
 
 Not covered: reading the run directory (honing.report.data), drawing the SVG charts
 (honing.report.charts).
@@ -14,6 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from honing.observe.metrics import team_scalars, team_summary
+from honing.records import Ending, Trajectory
 from honing.report.charts import (
     PALETTE,
     SUCCESS_COLOR,
@@ -665,6 +668,137 @@ def risk_section(data: RunData) -> str:
     return section_html("risk", title, body)
 
 
+# -- teams -----------------------------------------------------------------------------------------
+
+
+def _as_trajectory(e: EpisodePoint) -> Trajectory:
+    """An episode record as the `Trajectory` fields `team_summary` reads (role, reward,
+    components, and whether the infrastructure failed it)."""
+    ending = Ending.INFRA_ERROR if e.ending == Ending.INFRA_ERROR.value else Ending.DONE
+    return Trajectory(task_id=e.task_id, domain=e.domain, sample=e.sample, role=e.role,
+                      reward=e.reward, components=dict(e.components), success=e.success,
+                      ending=ending)  # fmt: skip
+
+
+def _team_figures(episodes: Sequence[EpisodePoint]) -> tuple[int, dict[str, float]]:
+    """The judged team episodes among `episodes` and their figures, named as the update record's
+    `team` (`team_scalars` without the `team/` prefix, as the trainer records them)."""
+    trajectories = [_as_trajectory(e) for e in episodes]
+    summary = team_summary(trajectories)
+    figures = {k.removeprefix("team/"): v for k, v in team_scalars(trajectories).items()}
+    return (summary.episodes if summary else 0), figures
+
+
+def _share(figures: dict[str, float], name: str) -> str:
+    return pct(figures[name]) if name in figures else "—"
+
+
+def _team_row(
+    label: str, episodes: int | None, figures: dict[str, float], roles: Sequence[str]
+) -> list[str]:
+    return [
+        esc(label),
+        "—" if episodes is None else str(episodes),
+        str(int(figures["reviews"])) if "reviews" in figures else "—",
+        _share(figures, "precision"),
+        _share(figures, "recall"),
+        _share(figures, "verdict_accuracy"),
+        num(figures["rounds"]) if "rounds" in figures else "—",
+        _share(figures, "accepted"),
+        *[num(figures[f"reward/{r}"]) if f"reward/{r}" in figures else "—" for r in roles],
+    ]
+
+
+TEAM_COLUMNS = ["team episodes", "reviews", "validator precision", "validator recall",
+                "verdict accuracy", "rounds to acceptance", "accepted"]  # fmt: skip
+
+
+def team_section(data: RunData) -> str:
+    """How a team's roles did (honing.rollout.team): the validator's verdicts against the
+    verifier's, the rounds to an accepted submission, each role's mean reward; per update (the
+    update records' `team`, else counted from the episodes) and over the run (the episodes).
+    Empty for a run without teams (no section, no link)."""
+    episodes = [e for e in data.episodes if e.role]
+    recorded = [u for u in data.updates if u.team]
+    if not episodes and not recorded:
+        return ""
+    by_step: dict[int, list[EpisodePoint]] = defaultdict(list)
+    for e in episodes:
+        by_step[e.step].append(e)
+    per_update: list[tuple[int, int | None, dict[str, float]]] = []
+    if recorded:
+        for u in recorded:
+            count = _team_figures(by_step[u.step])[0] if by_step.get(u.step) else None
+            per_update.append((u.step, count, u.team))
+    else:
+        per_update = [(step, *_team_figures(by_step[step])) for step in sorted(by_step) if step]
+    roles = sorted(
+        {e.role for e in episodes}
+        | {
+            k.removeprefix("reward/")
+            for _, _, f in per_update
+            for k in f
+            if k.startswith("reward/")
+        }
+    )
+    rows = [_team_row(f"update {step}", count, f, roles) for step, count, f in per_update]
+    if episodes:
+        rows.append(_team_row("all updates" if per_update else "the run",
+                              *_team_figures(episodes), roles))  # fmt: skip
+    words = (
+        "Each episode played by a team: the analyst's plan, the executor acting, the validator "
+        "reviewing each submission (ACCEPT, REJECT or STOP), its verdict scored against the "
+        "verifier's on the same submission. Precision: the share of its accepts that were "
+        "right; recall: the share of right submissions it accepted; verdict accuracy: the "
+        "share of its verdicts that agreed with the verifier. Rounds to acceptance: reviews in "
+        "the episodes whose last submission was accepted; accepted: of the episodes with a "
+        "review, the share that ended accepted. Over the judged episodes (infra failures left "
+        "out); — where there was nothing to measure. Each role is an episode of its own in "
+        "the store, the event log and the other sections (success, failures and tasks count a "
+        "team episode once per role); here a team episode counts once."
+    )
+    body = f'<p class="note">{esc(words)}</p>'
+    if per_update:
+        verdicts = ("precision", "recall", "verdict_accuracy")
+        validator = [
+            Series(name.replace("_", " "), [(float(s), f.get(name)) for s, _, f in per_update],
+                   color)
+            for name, color in zip(verdicts, colors(len(verdicts)), strict=True)
+        ]  # fmt: skip
+        reward = [
+            Series(role, [(float(s), f.get(f"reward/{role}")) for s, _, f in per_update], color)
+            for role, color in zip(roles, colors(len(roles)), strict=True)
+        ]
+        body += pairs_html(
+            [
+                line_chart(
+                    "chart-team-validator",
+                    "The validator's verdicts per update",
+                    "Against the verifier's: precision (its accepts that were right), recall "
+                    "(right submissions it accepted) and verdict accuracy should rise together.",
+                    validator,
+                    percent=True,
+                ).html(),
+                line_chart(
+                    "chart-team-reward",
+                    "Mean reward per role per update",
+                    "Every role gets the team's reward plus its own part (the validator's "
+                    "verdict_correct, the analyst's plan_followed).",
+                    reward,
+                ).html(),
+            ]
+        )
+        body += "<h3>Per update</h3>"
+    body += table_html(
+        ["", *TEAM_COLUMNS, *(f"reward: {r}" for r in roles)],
+        rows,
+        set(range(1, len(TEAM_COLUMNS) + len(roles) + 1)),
+    )
+    if not episodes:
+        body += missing_html("The team over the run", "no per-episode records with a role")
+    return section_html("team", "Team", body)
+
+
 _REASON_WORDS = {
     "success": "the outcome reward reached 1",
     "unsolved": "the episode ended normally but the answer or program was wrong",
@@ -1048,6 +1182,9 @@ pre { white-space:pre-wrap; overflow-wrap:anywhere; margin:4px 0;
          padding:0 7px; border-radius:9px; white-space:nowrap; }
 .badge.risk-high { background:#c0392b; } .badge.risk-medium { background:#d35400; }
 .badge.risk-low { background:#8a6d00; }
+.badge.role { background:#3b5b8c; }
+.team { margin-top:10px; } .team > .who { font-size:12px; color:var(--muted); }
+details.traj.partner { margin:6px 0; background:#fafbfc; }
 .risks { margin:6px 0; } .risk { margin:2px 0; }
 ul.risky { margin:4px 0; padding-left:20px; } ul.risky li { margin:3px 0; }
 footer { color:var(--muted); font-size:12px; text-align:center; padding:0 0 24px; }
@@ -1060,6 +1197,7 @@ SECTIONS = (
     ("evals", "Held-out"),
     ("failures", "Failures"),
     ("risk", "Risk"),
+    ("team", "Team"),
     ("time", "Time"),
     ("staleness", "Staleness"),
     ("learner", "Learner"),
@@ -1081,23 +1219,28 @@ def render(data: RunData) -> str:
         if data.notes
         else ""
     )
-    body = "".join(
-        section(data)
-        for section in (
-            summary_section,
-            progress_section,
-            evals_section,
-            failures_section,
-            risk_section,
-            time_section,
-            staleness_section,
-            learner_section,
-            signal_section,
-            tasks_section,
-            samples_section,
-        )
+    sections = (
+        summary_section,
+        progress_section,
+        evals_section,
+        failures_section,
+        risk_section,
+        team_section,
+        time_section,
+        staleness_section,
+        learner_section,
+        signal_section,
+        tasks_section,
+        samples_section,
     )
-    nav = "".join(f'<a href="#{k}">{esc(label)}</a>' for k, label in SECTIONS)
+    shown = [html for html in (section(data) for section in sections) if html]
+    body = "".join(shown)
+    # A section a run has nothing for (the team, for a single agent) is left out, link and all.
+    nav = "".join(
+        f'<a href="#{k}">{esc(label)}</a>'
+        for k, label in SECTIONS
+        if any(html.startswith(f'<section id="{k}">') for html in shown)
+    )
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'

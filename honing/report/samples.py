@@ -3,8 +3,10 @@ turn with the tool calls parsed from it, each observation with the step's reward
 it caused as badges, and the images its tools drew, embedded as data URLs), for the newest
 success, the newest failure and the newest episode (and the newest with images, the newest risky
 success and risky episode when none of those is one). `pick_samples` says which, `sample_id` where
-each is on the page. Everything taken from the run is escaped; an image is embedded only if it is
-a PNG inside the store's images folder.
+each is on the page. A team episode (honing.rollout.team) is one sample: its executor's
+trajectory, with its other roles' folded under it, each role a badge (`team_episodes`).
+Everything taken from the run is escaped; an image is embedded only if it is a PNG inside the
+store's images folder.
 
 Not covered: any other episode (query the trajectory store for those), the other sections
 (honing.report.page).
@@ -15,7 +17,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +32,39 @@ MAX_IMAGES = 8  # per turn
 MAX_IMAGE_BYTES = 1_000_000
 
 
+def team_episodes(
+    data: RunData,
+) -> tuple[list[tuple[int, Trajectory]], dict[int, list[Trajectory]]]:
+    """The episodes the samples are picked from, in store order, as (update step, trajectory):
+    a single agent's trajectory, and a team episode's lead (its executor's, the one with
+    `team_rounds`); and each lead's other roles, in store order, under `id(lead)`. A team
+    episode's roles share the update, the sample and the group id before `:<role>`
+    (honing.records.by_role)."""
+    teams: dict[tuple[int, str, int], list[Trajectory]] = defaultdict(list)
+    for step, t in data.trajectories:
+        if t.role:
+            teams[(step, t.group_id.removesuffix(f":{t.role}"), t.sample)].append(t)
+    leads: list[tuple[int, Trajectory]] = []
+    partners: dict[int, list[Trajectory]] = {}
+    for step, t in data.trajectories:
+        if not t.role:
+            leads.append((step, t))
+            continue
+        team = teams[(step, t.group_id.removesuffix(f":{t.role}"), t.sample)]
+        lead = next((m for m in team if "team_rounds" in m.components), None)
+        lead = lead or next((m for m in team if m.role == "executor"), team[0])
+        if t is lead:
+            leads.append((step, t))
+            partners[id(t)] = [m for m in team if m is not lead]
+    return leads, partners
+
+
 def pick_samples(data: RunData) -> list[tuple[str, int, Trajectory]]:
     """(why shown, update step, trajectory): the newest success, the newest failure (one with a
     failure reason if any) and the newest episode, each shown once; then, when none of those is
     one, the newest with images, the newest success that took a risky action and the newest
-    episode that did."""
-    newest = list(reversed(data.trajectories))
+    episode that did. A team episode is picked as its lead (`team_episodes`)."""
+    newest = list(reversed(team_episodes(data)[0]))
     picks = [
         ("a success", next((x for x in newest if x[1].success), None)),
         (
@@ -180,23 +210,25 @@ def _turn_html(turn: Any, run_dir: Path) -> str:
     )
 
 
-def trajectory_html(why: str, step: int, t: Trajectory, run_dir: Path, key: str = "") -> str:
-    verdict = '<span class="ok">success</span>' if t.success else '<span class="bad">failed</span>'
+def role_badge(role: str) -> str:
+    """A team role as a badge."""
+    return f'<span class="badge role">{esc(role)}</span>'
+
+
+def _risk_words(t: Trajectory) -> str:
+    events = len(t.risks)
+    if not t.risk and not events:
+        return ""
+    return (f'<span class="bad">risk cost {num(t.risk)} ({events} event'
+            f'{"s" if events != 1 else ""})</span> · ')  # fmt: skip
+
+
+def _body_html(t: Trajectory, run_dir: Path) -> str:
+    """The trajectory under its summary line: what it was, its turns, how it ended."""
     ending = t.ending.value + (f" ({t.failure})" if t.failure else "")
     tags = ", ".join(t.tags) or "none"
     retries = "".join(f"<li>{esc(r.stage)}: {esc(r.cause)}</li>" for r in t.retries)
-    events = len(t.risks)
-    risk = (
-        f'<span class="bad">risk cost {num(t.risk)} ({events} event{"s" if events != 1 else ""})'
-        "</span> · "
-        if t.risk or events
-        else ""
-    )
-    anchor = f' id="{esc(key)}"' if key else ""
     return (
-        f'<details class="traj"{anchor} open><summary>{esc(why)}: <code>{esc(t.task_id)}</code> '
-        f"sample {t.sample} · {verdict} · reward {num(t.reward)} · {risk}"
-        f"{'update ' + str(step) if step else 'update not recorded'}</summary>"
         f'<div class="meta">domain {esc(t.domain)} · tags {esc(tags)} · {t.steps} steps · '
         f"{t.model_tokens} model tokens · {duration(t.total_s)} · policy version "
         f"{t.policy_version}</div>"
@@ -204,7 +236,48 @@ def trajectory_html(why: str, step: int, t: Trajectory, run_dir: Path, key: str 
         + f'<div class="ending">ended: {esc(ending)}{" — " + esc(t.detail) if t.detail else ""}'
         f" · components "
         f"{esc(', '.join(f'{k} {num(v)}' for k, v in sorted(t.components.items())) or 'none')}"
-        f"</div>" + (f'<ul class="retries">{retries}</ul>' if retries else "") + "</details>"
+        f"</div>" + (f'<ul class="retries">{retries}</ul>' if retries else "")
+    )
+
+
+ROLE_COMPONENTS = ("verdict_correct", "plan_followed")  # a role's own part of its reward
+
+
+def _partner_html(t: Trajectory, run_dir: Path) -> str:
+    """Another role of a team episode, folded (a click shows its conversation)."""
+    own = "".join(
+        f"{name} {num(t.components[name])} · " for name in ROLE_COMPONENTS if name in t.components
+    )
+    return (
+        f'<details class="traj partner"><summary>{role_badge(t.role)} reward {num(t.reward)} · '
+        f"{own}{_risk_words(t)}{t.steps} steps · {t.model_tokens} model tokens</summary>"
+        f"{_body_html(t, run_dir)}</details>"
+    )
+
+
+def trajectory_html(
+    why: str,
+    step: int,
+    t: Trajectory,
+    run_dir: Path,
+    key: str = "",
+    partners: Sequence[Trajectory] = (),
+) -> str:
+    """One sample episode, open; a team episode's other roles (`partners`) folded under it."""
+    verdict = '<span class="ok">success</span>' if t.success else '<span class="bad">failed</span>'
+    anchor = f' id="{esc(key)}"' if key else ""
+    role = f"{role_badge(t.role)} " if t.role else ""
+    team = (
+        f'<div class="team"><div class="who">the team\'s other roles</div>'
+        f"{''.join(_partner_html(p, run_dir) for p in partners)}</div>"
+        if partners
+        else ""
+    )
+    return (
+        f'<details class="traj"{anchor} open><summary>{esc(why)}: {role}'
+        f"<code>{esc(t.task_id)}</code> sample {t.sample} · {verdict} · reward {num(t.reward)} · "
+        f"{_risk_words(t)}{'update ' + str(step) if step else 'update not recorded'}</summary>"
+        f"{_body_html(t, run_dir)}{team}</details>"
     )
 
 
@@ -222,7 +295,15 @@ def samples_section(data: RunData) -> str:
         "step's reward, the risky actions it caused (a badge each: kind and severity) and the "
         "images its tools drew.</p>"
     )
+    partners = team_episodes(data)[1]
+    if any(partners.values()):
+        intro += (
+            '<p class="note">A team episode is shown as its executor\'s conversation, its role '
+            "as a badge, with the other roles' (the analyst's plan, the validator's reviews) "
+            "folded under it: a click shows each.</p>"
+        )
     shown = "".join(
-        trajectory_html(*s, data.run_dir, key=sample_id(i)) for i, s in enumerate(samples)
+        trajectory_html(*s, data.run_dir, key=sample_id(i), partners=partners.get(id(s[2]), ()))
+        for i, s in enumerate(samples)
     )
     return section_html("samples", "Sample episodes", intro + shown)

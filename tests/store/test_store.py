@@ -99,6 +99,60 @@ async def test_groups_are_written_in_order(tmp_path: Path, make: MakeTrajectory)
     assert [(t.task_id, t.sample) for t in got] == [(f"t{i}", s) for i in (0, 1) for s in range(3)]
 
 
+# -- team roles --------------------------------------------------------------------------------
+async def test_role_round_trips_and_is_queryable(tmp_path: Path, make: MakeTrajectory) -> None:
+    trajectories = [
+        make(0, role="executor", group_id="g-0:executor"),
+        make(1, role="validator", group_id="g-0:validator", id="traj-0:validator"),
+        make(2),  # a single agent
+    ]
+    await write(tmp_path, trajectories, shard_rows=2)
+    got = read_trajectories(tmp_path)
+    assert got == trajectories
+    assert [t.role for t in got] == ["executor", "validator", ""]
+    result = query(tmp_path, "SELECT id, role FROM trajectories WHERE role <> '' ORDER BY id")
+    assert result.rows == [("traj-0", "executor"), ("traj-0:validator", "validator")]
+
+
+async def test_a_shard_written_without_the_role_column_reads_as_role_empty(
+    tmp_path: Path, make: MakeTrajectory
+) -> None:
+    """A shard of a honing from before teams: no `role` column; its rows are single agents'."""
+    old = [make(0), make(1, success=True, reward=1.0)]
+    await write(tmp_path, old)
+    [shard] = complete_shards(tmp_path)
+    table = pq.read_table(shard.path)
+    pq.write_table(table.drop_columns(["role"]), shard.path)
+    assert "role" not in pq.read_schema(shard.path).names
+    got = read_trajectories(tmp_path)
+    assert [t.role for t in got] == ["", ""]
+    assert got == old  # everything else as written
+    # a store that mixes it with a newer shard reads both
+    async with TrajectoryWriter(tmp_path, flush_s=None) as writer:
+        await writer.add(make(2, role="analyst"))
+    assert [t.role for t in read_trajectories(tmp_path)] == ["", "", "analyst"]
+
+
+async def test_the_writer_stores_a_leads_partners_as_rows_of_their_own(
+    tmp_path: Path, make: MakeTrajectory
+) -> None:
+    """A team episode not yet split by role (`honing.records.by_role`): the executor's trajectory
+    carries the others in `partners`, which are never a column; each is a row."""
+    lead = make(0, role="executor", success=True, reward=1.0)
+    analyst = make(1, role="analyst", id="traj-0:analyst", steps=0)
+    validator = make(2, role="validator", id="traj-0:validator", steps=0, reward=1.5,
+                     components={"outcome": 1.0, "verdict_correct": 1.0})  # fmt: skip
+    lead.partners = [analyst, validator]
+    assert await write(tmp_path, [lead, make(3)]) == 4  # three roles, then a single agent
+    got = read_trajectories(tmp_path)
+    by_id = {t.id: t for t in got}
+    assert sorted(by_id) == ["traj-0", "traj-0:analyst", "traj-0:validator", "traj-3"]
+    assert by_id["traj-0:analyst"] == analyst and by_id["traj-0:validator"] == validator
+    assert by_id["traj-0"] == lead and by_id["traj-0"].partners == []  # not stored in its row
+    assert [t.role for t in got].count("executor") == 1
+    assert "partners" not in pq.read_schema(complete_shards(tmp_path)[0].path).names
+
+
 # -- writer lifecycle --------------------------------------------------------------------------
 async def test_resume_continues_numbering_and_offset(tmp_path: Path, make: MakeTrajectory) -> None:
     first = [make(i) for i in range(3)]
