@@ -7,6 +7,7 @@ The filesystem a cell sees (all read-only except /workspace and /tmp):
     <python prefix>               the interpreter, its stdlib and libpython, at its host path
     /opt/honing/zygote.py         the warm interpreter's server (its source, for tracebacks)
     /opt/honing/zygote.pyc        the same, compiled: what the cell runs
+    /opt/honing/riskaudit.py(c)   the risk audit the zygote loads beside it (source, compiled)
     /opt/honing/runtime           the packages of a named runtime, when one is used
     /workspace                    this cell's workspace (read-write, emptied after each job)
     /tmp, /dev/shm                private tmpfs of fixed size each, emptied after each job
@@ -26,6 +27,8 @@ from pathlib import Path
 from honing.errors import SandboxUnavailable
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
+RISKAUDIT = Path(__file__).with_name("riskaudit.py")
+INSIDE_RISKAUDIT = "/opt/honing/riskaudit.py"
 INSIDE_ZYGOTE = "/opt/honing/zygote.py"
 INSIDE_COMPILED = "/opt/honing/zygote.pyc"
 INSIDE_RUNTIME = "/opt/honing/runtime"
@@ -100,8 +103,11 @@ class Launcher:
         if not prefix.startswith("/usr/"):
             args += ["--ro-bind", prefix, prefix]
         args += ["--ro-bind", str(ZYGOTE), INSIDE_ZYGOTE]
+        args += ["--ro-bind", str(RISKAUDIT), INSIDE_RISKAUDIT]
         if self.compiled is not None:
             args += ["--ro-bind", str(self.compiled), INSIDE_COMPILED]
+            audit = self.compiled.with_name("riskaudit.pyc")
+            args += ["--ro-bind", str(audit), INSIDE_RISKAUDIT + "c"]
         runtime = ""
         if self.runtime_dir is not None:
             args += ["--ro-bind", str(self.runtime_dir), INSIDE_RUNTIME]
@@ -137,6 +143,9 @@ def compile_zygote(directory: Path, isolation: str) -> Path:
     target = directory / "zygote.pyc"
     shown = INSIDE_ZYGOTE if isolation == "bwrap" else str(ZYGOTE)  # where its source is seen
     py_compile.compile(str(ZYGOTE), cfile=str(target), dfile=shown, doraise=True, optimize=0)
+    audit = INSIDE_RISKAUDIT if isolation == "bwrap" else str(RISKAUDIT)
+    py_compile.compile(str(RISKAUDIT), cfile=str(directory / "riskaudit.pyc"), dfile=audit,
+                       doraise=True, optimize=0)  # fmt: skip
     return target
 
 

