@@ -2,8 +2,9 @@
 
 Covered: function-calling tasks (`answer` unset, e.g. BFCL: the first reply's calls are judged
 against `expected_calls`, and the episode ends there) and executable-tool tasks (`answer` set:
-`calculator`, `convert_units`, `lookup`, `calendar` really run, within a call budget and without
-forbidden tools, until `answer`); the reward components are outcome, constraints and
+`calculator`, `convert_units`, `lookup`, `pop_record`, `calendar` really run, within a call budget
+and without forbidden tools, until `answer`; `pop_record` removes a fact for the rest of the
+episode, rollbacks included); the reward components are outcome, constraints and
 well_formed (docs/envs.md, "Domains"); risk events: `forbidden_tool` for a call to one of the
 task's `forbidden_tools` (refused all the same), `irreversible_tool` for a call that reaches one
 of its `irreversible_tools` (in function calling: any call to one), and what the sandbox saw a
@@ -110,6 +111,7 @@ class ToolsEnv(Environment):
         super().__init__(pool, config)
         self.calls_made = 0
         self.constraints_ok = True
+        self.removed: frozenset[str] = frozenset()  # facts' keys (lower case) pop_record took
 
     def _task(self) -> ToolsTask:
         if not isinstance(self.task, ToolsTask):
@@ -130,7 +132,7 @@ class ToolsEnv(Environment):
 
     async def _reset(self, task: AnyTask) -> None:
         assert isinstance(task, ToolsTask) and self.state is not None
-        self.calls_made, self.constraints_ok = 0, True
+        self.calls_made, self.constraints_ok, self.removed = 0, True, frozenset()
         if task.answer is not None:
             unknown = [
                 f.get("name") for f in task.functions if f.get("name") not in BUILTIN_SCHEMAS
@@ -154,11 +156,11 @@ class ToolsEnv(Environment):
             return [Action(tool_calls=calls)]
         return [Action(tool_calls=[c]) for c in calls]
 
-    async def _save(self) -> tuple[int, bool]:
-        return self.calls_made, self.constraints_ok
+    async def _save(self) -> tuple[int, bool, frozenset[str]]:
+        return self.calls_made, self.constraints_ok, self.removed
 
     async def _restore(self, saved: Any) -> None:
-        self.calls_made, self.constraints_ok = saved
+        self.calls_made, self.constraints_ok, self.removed = saved
 
     async def _step(self, action: Action) -> StepOutput:
         return await (self._execute(action) if self.executable else self._judge(action))
@@ -236,7 +238,8 @@ class ToolsEnv(Environment):
         if call.name == "calculator":
             return await calculate(self.pool, call.arguments.get("expression"))
         handlers: dict[str, Callable[..., object]] = {
-            "convert_units": convert_units, "lookup": self._lookup, "calendar": calendar,
+            "convert_units": convert_units, "lookup": self._lookup,
+            "pop_record": self._pop_record, "calendar": calendar,
         }  # fmt: skip
         try:
             value = handlers[call.name](**call.arguments)
@@ -251,7 +254,14 @@ class ToolsEnv(Environment):
         facts = {k.lower(): v for k, v in self._task().facts.items()}
         if not isinstance(key, str) or key.lower() not in facts:
             raise ToolError(f"no entry for {key!r}")
+        if key.lower() in self.removed:
+            raise ToolError(f"no entry for {key!r} (pop_record removed it)")
         return facts[key.lower()]
+
+    def _pop_record(self, key: str) -> str:
+        value = self._lookup(key)
+        self.removed |= {key.lower()}
+        return value
 
 
 def tool_risks(task: ToolsTask, call: ToolCall, *, reached: bool) -> list[RiskEvent]:

@@ -325,6 +325,8 @@ TOOL_FUNCTIONS: dict[str, dict[str, Any]] = {
         {"value": {"type": "number"}, "from_unit": {"type": "string"},
          "to_unit": {"type": "string"}}, ["value", "from_unit", "to_unit"]),
     "lookup": _function("lookup", "Look up a fact by key.", {"key": {"type": "string"}}, ["key"]),
+    "pop_record": _function("pop_record", "Read a record and remove it from the store.",
+                            {"key": {"type": "string"}}, ["key"]),
     "calendar": _function(
         "calendar", "Dates (YYYY-MM-DD): weekday of `date`; `date` plus `days`; days between "
         "`date` and `other`.",

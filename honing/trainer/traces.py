@@ -6,7 +6,8 @@
 A trace is the conversation the agent loop would have had, had the model written the reference
 actions itself; it tokenises exactly like the agent's trajectory of the same actions. Every trace
 is played in the sandbox and must end with outcome 1. `calculator_first` plays arithmetic math
-tasks as a calculator call, then the answer (docs/training.md, "The modules in detail").
+tasks as a calculator call, then the answer; `risky_share` plays that share of the tasks that
+have a `metadata.risky_reference` from it instead (docs/training.md, "The modules in detail").
 Not covered: traces sampled from a model (use rollouts and the store), reasoning text before the
 calls (the assistant messages are calls only, plus whatever content the reference action has).
 """
@@ -14,6 +15,7 @@ calls (the assistant messages are calls only, plus whatever content the referenc
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +24,7 @@ from typing import Any
 
 from honing.envs.base import Action, EnvConfig
 from honing.envs.registry import make_env
-from honing.errors import HoningError
+from honing.errors import ConfigError, HoningError
 from honing.rollout.chat import Message, observation_messages, parse_action
 from honing.sandbox import SandboxPool
 from honing.tasks import domains
@@ -32,6 +34,7 @@ from honing.trainer.sft import tool_call_text
 
 MAX_LISTED = 20
 OUTCOME = "outcome"
+RISKY_REFERENCE = "risky_reference"  # the metadata key of a task's risky path
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Trace:
     tools: list[dict[str, Any]]
     outcome: float
     calculator: bool = False  # played calculator-first
+    risky: bool = False  # played from the task's metadata.risky_reference
     actions: list[str] = field(default_factory=list)  # the assistant texts, in order
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -58,6 +62,33 @@ def action_text(action: Action) -> str:
     """An action as the model would write it: its content, then its calls in the call format."""
     calls = tool_call_text([(c.name, c.arguments) for c in action.tool_calls])
     return "\n".join(part for part in (action.content, calls) if part)
+
+
+# -- choosing the risky path -------------------------------------------------------------------
+def risky_reference(task: AnyTask) -> str | None:
+    """`task`'s risky path (`metadata.risky_reference`, in the form of its `reference`), or None."""
+    value = task.metadata.get(RISKY_REFERENCE)
+    return value if isinstance(value, str) and value else None
+
+
+def risky_choice(tasks: Sequence[AnyTask], share: float) -> set[str]:
+    """The ids of the tasks to play from their risky reference: `share` of those that have one
+    (rounded half up), the ones whose id has the lowest SHA-256. The same ids every run and on
+    every machine, and a larger share picks a superset. ConfigError when `share` > 0 and no task
+    has a risky reference."""
+    if not 0.0 <= share <= 1.0:
+        raise ConfigError(f"risky_share must be within [0, 1], not {share}")
+    if share == 0.0:
+        return set()
+    eligible = sorted({t.id for t in tasks if risky_reference(t) is not None},
+                      key=lambda i: hashlib.sha256(i.encode()).hexdigest())  # fmt: skip
+    if not eligible:
+        raise ConfigError(
+            f"risky_share is {share:g}, but none of the {len(tasks)} trace tasks has a "
+            f"metadata.{RISKY_REFERENCE} to play: set it to 0, or make the traces from tasks "
+            "that have one (synthetic-tools with tags: [records], tempting-tools)"
+        )
+    return set(eligible[: int(share * len(eligible) + 0.5)])
 
 
 # -- playing -----------------------------------------------------------------------------------
@@ -76,12 +107,21 @@ async def play_reference(
     system_prompt: str | None = None,
     env_config: EnvConfig | None = None,
     restate: bool = True,
+    risky: bool = False,
 ) -> Trace:
-    """Play `task`'s reference through its real environment; the trace, with its outcome."""
+    """Play `task`'s reference through its real environment; the trace, with its outcome.
+    `risky`: play its `metadata.risky_reference` instead, as it is (never calculator-first)."""
     env = make_env(task.domain, pool, env_config)
     try:
-        references = env.reference_actions(task)
-        plan = trace_plan(task, references, calculator_first=calculator_first)
+        if risky:
+            path = risky_reference(task)
+            if path is None:
+                raise TraceError(f"{task.id}: no metadata.{RISKY_REFERENCE} to play")
+            references = env.reference_actions(task.model_copy(update={"reference": path}))
+            plan = TracePlan(references)
+        else:
+            references = env.reference_actions(task)
+            plan = trace_plan(task, references, calculator_first=calculator_first)
         actions, calculator = plan.actions, plan.actions is not references
         observation = await env.reset(task)
         messages: list[Message] = []
@@ -108,7 +148,8 @@ async def play_reference(
             outcome = max(outcome, result.components.get(OUTCOME, 0.0))
             if result.done:
                 break
-        return Trace(task.id, messages, list(observation.tools), outcome, calculator, texts)
+        return Trace(task.id, messages, list(observation.tools), outcome,
+                     calculator=calculator, risky=risky, actions=texts)  # fmt: skip
     finally:
         await env.close()
 
@@ -122,10 +163,13 @@ async def reference_traces(
     env_config: EnvConfig | None = None,
     restate: bool = True,
     concurrency: int = 8,
+    risky_share: float = 0.0,
 ) -> list[Trace]:
-    """Every task's reference trace, in task order; TraceError lists the tasks whose reference
-    did not end with outcome 1 (or could not be played)."""
+    """Every task's reference trace, in task order, `risky_share` of those with a risky
+    reference played from it (`risky_choice`); TraceError lists the tasks whose reference did
+    not end with outcome 1 (or could not be played)."""
     items = list(tasks.tasks if isinstance(tasks, TaskSet) else tasks)
+    risky = risky_choice(items, risky_share)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(task: AnyTask) -> Trace | str:
@@ -138,11 +182,13 @@ async def reference_traces(
                     system_prompt=system_prompt,
                     env_config=env_config,
                     restate=restate,
+                    risky=task.id in risky,
                 )
             except HoningError as exc:
                 return f"{task.id}: {exc}"
         if trace.outcome < 1.0:
-            return f"{task.id}: outcome {trace.outcome:g} (the reference does not solve it)"
+            which = "risky reference" if trace.risky else "reference"
+            return f"{task.id}: outcome {trace.outcome:g} (the {which} does not solve it)"
         return trace
 
     played = await asyncio.gather(*(one(t) for t in items))
@@ -166,6 +212,7 @@ async def write_traces(
     system_prompt: str | None = None,
     env_config: EnvConfig | None = None,
     restate: bool = True,
+    risky_share: float = 0.0,
 ) -> list[Trace]:
     """Play every reference (see `reference_traces`) and write them as SFT JSONL to `path`;
     nothing is written when one fails."""
@@ -176,6 +223,7 @@ async def write_traces(
         system_prompt=system_prompt,
         env_config=env_config,
         restate=restate,
+        risky_share=risky_share,
     )
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -3,10 +3,11 @@
     model_dir = await warm_start(config, run_dir)    # RUN/warm_start/model, or reused
 
 With `warm_start.traces`, the SFT data are tool-use traces made by playing the source's tasks'
-reference solutions through the real environments (`honing.trainer.traces`), rendered exactly
-as the agent loop renders rollouts; with `warm_start.data`, a chat JSONL file. The model is
-trained with the run's learner settings (LoRA or full) at the warm start's learning rate and
-saved merged (`honing.trainer.sft`); RL then starts from it with a fresh adapter and optimiser.
+reference solutions (`risky_share` of those with a risky path: that path) through the real
+environments (`honing.trainer.traces`), rendered exactly as the agent loop renders rollouts;
+with `warm_start.data`, a chat JSONL file. The model is trained with the run's learner settings
+(LoRA or full) at the warm start's learning rate and saved merged (`honing.trainer.sft`); RL
+then starts from it with a fresh adapter and optimiser.
 `RUN/warm_start/done.json` marks it finished, so a resumed run reuses it.
 
 Not covered: warm starts that mix several data sources, or evaluation during SFT.
@@ -19,12 +20,13 @@ import json
 import logging
 from pathlib import Path
 
+from honing.errors import ConfigError
 from honing.sandbox import SandboxPool
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.run_dir import DONE_FILE, WARM_DIR, RunDir
 from honing.trainer.sft import SftConfig, run_sft
 from honing.trainer.sources import load_source
-from honing.trainer.traces import write_traces
+from honing.trainer.traces import risky_choice, write_traces
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,10 @@ async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
     data = settings.data
     if settings.traces is not None:
         taskset = load_source("warm_start", settings.traces)
+        try:  # before the sandbox starts: a config without a risky path fails at once
+            risky_choice(taskset.tasks, settings.risky_share)
+        except ConfigError as exc:
+            raise ConfigError(f"warm_start.traces ({taskset.name}): {exc}") from exc
         data = out / "traces.jsonl"
         env = config.env_config
         async with SandboxPool(config.sandbox) as pool:
@@ -53,8 +59,16 @@ async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
                 system_prompt=config.agent.system_prompt,
                 env_config=env,
                 restate=config.agent.restate,
+                risky_share=settings.risky_share,
             )
-        log.info("warm start: %d reference traces of %s -> %s", len(traces), taskset.name, data)
+        risky = sum(t.risky for t in traces)
+        log.info(
+            "warm start: %d reference traces of %s (%d from risky references) -> %s",
+            len(traces),
+            taskset.name,
+            risky,
+            data,
+        )
     assert data is not None
     learner = config.learner.model_copy(
         update={"lr": settings.lr, "warmup_steps": 0, "schedule": "constant"}
