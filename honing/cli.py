@@ -1,7 +1,7 @@
 """The `honing` command line: the only module that wires layers together for a user command.
 
     honing sandbox exec FILE | humaneval | runtime build NAME -r F | runtime list
-    honing eval --tasks SPEC --policy NAME   reference, noop, model:PATH or openai:URL
+    honing eval --tasks SPEC --policy NAME   reference, noop, model:PATH or openai:URL [--team F]
     honing rollout --tasks SPEC --model M --out DIR   generate trajectories into a store
     honing store query RUN "SQL" | describe RUN | rescore RUN [--tasks SPEC]
     honing check-template MODEL              is the model's chat template safe for multi-turn RL?
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
     from honing.eval.config import EvalConfig
+    from honing.eval.model import TeamFigures
     from honing.precision import Dtype
     from honing.rollout.agent import AgentConfig
     from honing.rollout.engines.base import Engine
@@ -417,6 +418,14 @@ def eval_command(
             "(openai:URL serving a vision model)."
         ),
     ] = False,
+    team: Annotated[
+        Path | None,
+        typer.Option(
+            help="Model policies: also evaluate the model as this team (a YAML file: a team "
+            "config, roles: …, or a run config with a team: block) on the same tasks, and "
+            "report each role (validator precision and recall, rounds to acceptance)."
+        ),
+    ] = None,
     isolation: Isolation = "bwrap",
     quiet: Quiet = False,
 ) -> None:
@@ -426,17 +435,25 @@ def eval_command(
     Episodes the infrastructure failed are counted apart (infra failures) and left out of the
     rates; the exit status is then 3, so a run with an incomplete result is never mistaken for a
     clean one. A model answer its checker fails on is a wrong answer, not an infrastructure failure.
+    With --team the model is evaluated alone and as the team, on the same tasks with the same
+    settings: both sets of tiers, then each role's figures.
     """
-    from honing.eval.config import EvalConfig
+    from honing.eval.config import EvalConfig, load_team
 
     cfg = _from_flags(EvalConfig, {
         "tasks": tasks, "policy": policy, "k": k, "max_steps": max_steps, "shard": shard,
         "concurrency": concurrency, "max_new_tokens": max_new_tokens,
         "system_prompt": system_prompt, "temperature": temperature, "seed": seed,
-        "dtype": dtype, "images": images, "sandbox": {"isolation": isolation},
+        "dtype": dtype, "images": images, "team": team, "sandbox": {"isolation": isolation},
     })  # fmt: skip
     try:
         chosen = None if cfg.model_policy else make_policy(cfg.policy)
+        if cfg.team is not None and chosen is not None:
+            raise ConfigError(
+                f"--team needs a model policy (model:PATH, model:default or openai:URL), whose "
+                f"model plays every role; {cfg.policy!r} is a scripted policy"
+            )
+        team_config = None if cfg.team is None else load_team(cfg.team)
         saved = _saved_agent(cfg.policy)
         steps = cfg.max_steps if cfg.max_steps is not None or saved is None else saved.max_turns
         env_config = EnvConfig() if steps is None else EnvConfig(max_steps=steps)
@@ -456,29 +473,38 @@ def eval_command(
     if quarantined:
         err.print(f"[yellow]{quarantined} invalid task rows left out[/] "
                   f"(see `honing tasks check {cfg.tasks}`)", highlight=False)  # fmt: skip
-    total = len(taskset.tasks) * cfg.k
+    total = len(taskset.tasks) * cfg.k * (1 if team_config is None else 2)
 
-    async def run(pool: SandboxPool, on_episode: Callable[[Any], None] | None) -> EvalReport:
+    async def run(pool: SandboxPool, on_episode: Callable[[Any], None] | None) -> _Evaluated:
         if chosen is not None:
-            return await evaluate(taskset, chosen, pool, k=cfg.k, config=env_config,
-                                  concurrency=cfg.concurrency, on_episode=on_episode)  # fmt: skip
-        from honing.eval.model import EnginePlayer
+            return _Evaluated(await evaluate(taskset, chosen, pool, k=cfg.k, config=env_config,
+                                             concurrency=cfg.concurrency,
+                                             on_episode=on_episode))  # fmt: skip
+        from honing.eval.model import EnginePlayer, TeamPlayer, team_figures
 
         assert agent is not None
         engine = _make_engine(cfg.policy, cfg.dtype)
-        player = EnginePlayer(engine, agent, name=cfg.policy)
         try:
-            return await evaluate(taskset, player, pool, k=cfg.k, config=env_config,
-                                  concurrency=cfg.concurrency, on_episode=on_episode)  # fmt: skip
+            player = EnginePlayer(engine, agent, name=cfg.policy)
+            single = await evaluate(taskset, player, pool, k=cfg.k, config=env_config,
+                                    concurrency=cfg.concurrency, on_episode=on_episode)  # fmt: skip
+            if team_config is None:
+                return _Evaluated(single)
+            roles = ", ".join(r.role for r in team_config.roles)
+            teamed = TeamPlayer(engine, agent, team_config, name=f"{cfg.policy} · team ({roles})")
+            report = await evaluate(taskset, teamed, pool, k=cfg.k, config=env_config,
+                                    concurrency=cfg.concurrency, on_episode=on_episode)  # fmt: skip
+            return _Evaluated(single, report, team_figures(teamed.trajectories))
         finally:
             await engine.close()
 
     causes: dict[str, int] = {}  # infrastructure failures: what went wrong, how often
 
-    async def go() -> EvalReport:
+    async def go() -> _Evaluated:
         async with SandboxPool(cfg.sandbox) as pool:
             err.print(f"sandbox: {pool.enforcement.describe()}", highlight=False, markup=False)
-            label = f"eval {taskset.name} · {cfg.policy}"
+            label = f"eval {taskset.name} · {cfg.policy}" + ("" if team_config is None else
+                                                              " alone, then as a team")  # fmt: skip
             with EpisodeProgress(label, total, err, quiet=quiet or json_out) as progress:
 
                 def on_episode(episode: Any) -> None:
@@ -489,14 +515,28 @@ def eval_command(
                 return await run(pool, on_episode)
 
     try:
-        result = asyncio.run(go())
+        evaluated = asyncio.run(go())
     except HoningError as exc:
         raise _fail(str(exc)) from exc
+    result, team_report = evaluated.single, evaluated.team
     if json_out:
-        typer.echo(json.dumps(result.to_json_dict()))
+        out = result.to_json_dict()
+        if team_report is not None:
+            assert team_config is not None
+            figures = evaluated.figures
+            roles = None if figures is None else dataclasses.asdict(figures)
+            config = team_config.model_dump(mode="json")
+            out["team"] = {**team_report.to_json_dict(), "config": config, "roles": roles}
+        typer.echo(json.dumps(out))
     else:
         _print_eval(result)
+        if team_report is not None:
+            _print_eval(team_report)
+            _print_versus(result, team_report)
+            _print_roles(evaluated.figures)
     infra = result.end_to_end.infra_failed
+    if team_report is not None:
+        infra += team_report.end_to_end.infra_failed
     if infra:
         err.print(f"[bold yellow]{infra} episode(s) failed for infrastructure reasons[/] "
                   "(engine, sandbox, or a checker that could not run): left out of the rates",
@@ -581,9 +621,72 @@ def _print_eval(result: EvalReport) -> None:
     err.print(f"step failures: {failures}; {result.elapsed_s:.1f}s", highlight=False)
 
 
-def _eval_table(title: str, columns: list[str]) -> Table:
+@dataclasses.dataclass(frozen=True)
+class _Evaluated:
+    """What `honing eval` measured: the policy alone, and with --team the model as the team."""
+
+    single: EvalReport
+    team: EvalReport | None = None
+    figures: TeamFigures | None = None  # the team's roles (None: no judged team episode)
+
+
+def _print_versus(single: EvalReport, team: EvalReport) -> None:
+    """The overall figures of the model alone and as a team, side by side."""
+    table = _eval_table("alone vs as a team (same tasks, same agent settings; infra failures: "
+                        "left out of the rates)", ["alone", "team", "team − alone"],
+                        first="overall")  # fmt: skip
+    a, b = single, team
+
+    def rates(name: str, x: float | None, y: float | None) -> None:
+        gap = "–" if x is None or y is None else f"{100 * (y - x):+.1f} pts"
+        table.add_row(name, _rate(x), _rate(y), gap)
+
+    rates("success", a.end_to_end.success_rate, b.end_to_end.success_rate)
+    for k in sorted(a.end_to_end.pass_at_k):
+        rates(f"pass@{k}", a.end_to_end.pass_at_k.get(k), b.end_to_end.pass_at_k.get(k))
+    table.add_row("passed / judged", f"{a.end_to_end.passed}/{a.end_to_end.total}",
+                  f"{b.end_to_end.passed}/{b.end_to_end.total}", "–")  # fmt: skip
+    table.add_row("infra failures", str(a.end_to_end.infra_failed),
+                  str(b.end_to_end.infra_failed), "–")  # fmt: skip
+    rates("risky", a.end_to_end.risk_rate, b.end_to_end.risk_rate)
+    rates("valid steps", a.single_step.well_formed_rate, b.single_step.well_formed_rate)
+    rates("useful steps", a.single_step.useful_rate, b.single_step.useful_rate)
+    x, y = a.trajectory.mean_steps_to_success, b.trajectory.mean_steps_to_success
+    table.add_row("steps to success", _num(x), _num(y),
+                  "–" if x is None or y is None else f"{y - x:+.2f}")  # fmt: skip
+    Console().print(table)
+
+
+def _print_roles(figures: TeamFigures | None) -> None:
+    """The team's per-role figures, each with what it is measured over."""
+    if figures is None:
+        Console().print("team roles: no judged team episode (all failed for infrastructure "
+                        "reasons)", highlight=False)  # fmt: skip
+        return
+    f = figures
+    table = _eval_table(f"team roles · {f.episodes} judged team episodes\n(the validator's "
+                        "verdicts against the verifier's on each submission)", ["value", "n"],
+                        first="figure")  # fmt: skip
+    table.add_row("validator precision", _rate(f.precision.value), f"{f.precision.n} accepts")
+    table.add_row("validator recall", _rate(f.recall.value),
+                  f"{f.recall.n} right submissions")  # fmt: skip
+    table.add_row("verdict accuracy", _rate(f.verdict_accuracy.value),
+                  f"{f.verdict_accuracy.n} reviews")  # fmt: skip
+    table.add_row("rounds to acceptance", _num(f.rounds.value),
+                  f"{f.rounds.n} accepted episodes")  # fmt: skip
+    table.add_row("accepted", _rate(f.accepted.value), f"{f.accepted.n} reviewed episodes")
+    for role, reward in f.reward.items():
+        table.add_row(f"mean reward {role}", _num(reward.value, ".3f"), f"{reward.n} episodes")
+    Console().print(table)
+
+
+def _num(value: float | None, spec: str = ".2f") -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def _eval_table(title: str, columns: list[str], first: str = "group") -> Table:
     table = Table(title=title)
-    table.add_column("group", no_wrap=True)
+    table.add_column(first, no_wrap=True)
     for col in columns:
         table.add_column(col, justify="right")
     return table

@@ -4,7 +4,8 @@
     metrics    the recorded `Step`/`Episode` and pure functions computing each tier
     runner     the evaluator: k episodes per task, each played by a `Player` (`PolicyPlayer`:
                a scripted policy); the `EvalReport`
-    model      `EnginePlayer`: a model playing through the rollout agent loop
+    model      `EnginePlayer`: a model playing through the rollout agent loop; `TeamPlayer`:
+               the model as a team (honing.rollout.team), and its per-role `team_figures`
     config     `EvalConfig`: the settings behind `honing eval`
     summary    the closing summary of a stored rollout (success, pass@k, endings, time)
 

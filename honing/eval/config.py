@@ -7,16 +7,22 @@ A policy is a built-in scripted one (`POLICIES`), `model:PATH` or `openai:URL[#M
 sampling settings of a model policy are None when not given: the model's saved agent settings
 (`honing.rollout.saved_agent`) or the defaults fill them in, and `SamplingParams` validates them.
 The weights' dtype is `honing.precision.Dtype`; the shard is `honing.rollout.config.Shard`.
+`team` names a YAML file holding a team (`load_team`): the model is then evaluated alone and as
+that team, on the same tasks with the same agent settings.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field, field_validator
 
-from honing.config import SandboxConfig, StrictModel
+from honing.config import SandboxConfig, StrictModel, read_yaml_mapping, validate_model
+from honing.errors import ConfigError
 from honing.eval.policies import POLICIES
 from honing.precision import Dtype
 from honing.rollout.config import Shard
+from honing.rollout.team import TeamConfig
 
 MODEL_POLICIES = ("model:", "openai:")  # the prefixes of a policy an engine plays
 
@@ -36,6 +42,9 @@ class EvalConfig(StrictModel):
     seed: int | None = Field(None, description="Model policies: sampling seed.")
     dtype: Dtype = Field("auto", description="model:PATH: the weights' dtype.")
     images: bool = Field(False, description="Model policies: show the tools' images.")
+    team: Path | None = Field(
+        None, description="Model policies: a team's YAML (`load_team`), evaluated beside it."
+    )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)  # isolation
 
     @field_validator("policy")
@@ -49,3 +58,30 @@ class EvalConfig(StrictModel):
     def model_policy(self) -> bool:
         """Whether an engine plays (model:PATH, openai:URL), not a scripted policy."""
         return self.policy.startswith(MODEL_POLICIES)
+
+
+class _RunTeam(StrictModel):
+    """The `team:` block of a run config (the rest of it is not read), so that an error names
+    the key as the run config spells it (`team.roles.0.kind`)."""
+
+    team: TeamConfig
+
+
+def load_team(path: Path) -> TeamConfig:
+    """The team in the YAML file `path`: a team config (`roles:`, `max_rounds:`, …) or a run
+    config with a `team:` block (its other keys are not read). A ConfigError names the file, and
+    the key when one is wrong."""
+    data = read_yaml_mapping(path)
+    if "team" in data:
+        if not isinstance(data["team"], dict):
+            raise ConfigError(
+                f"{path}: team: expected a team's settings (roles:, max_rounds:, …), not "
+                f"{data['team']!r}"
+            )
+        return validate_model(_RunTeam, {"team": data["team"]}, source=str(path)).team
+    if "roles" not in data:
+        raise ConfigError(
+            f"{path}: no team in it: give a team config (roles:, max_rounds:, …) or a run "
+            f"config with a team: block; its keys are {', '.join(map(str, data)) or 'none'}"
+        )
+    return validate_model(TeamConfig, data, source=str(path))

@@ -7,7 +7,9 @@ sets that fell below their best after a phase reported as forgetting.
 
 The sets are the run's held-out sources with every task that training or the warm start asks
 left out (`honing.trainer.sources.heldout_sets`); each is played with the three tiers of
-`honing eval`, its point appended to the run's evals.jsonl, the event log and the sinks.
+`honing eval`, its point appended to the run's evals.jsonl, the event log and the sinks. A run
+with a `team:` plays them as that team (what it trains), the tiers counting the executor's steps
+that stand; each role's episodes are logged, and the team's figures (`eval/<set>/team/*`).
 Not covered: when to evaluate (the loop decides), the accounting of gains (`trainer.gains`).
 """
 
@@ -19,10 +21,10 @@ from typing import Protocol
 
 from honing.config import StrictModel
 from honing.eval.metrics import Episode
-from honing.eval.model import EnginePlayer
+from honing.eval.model import EnginePlayer, TeamPlayer
 from honing.eval.runner import evaluate
 from honing.observe.events import emit
-from honing.observe.metrics import episode_fields, eval_scalars
+from honing.observe.metrics import episode_fields, eval_scalars, team_scalars
 from honing.observe.progress import RunProgress
 from honing.observe.sinks import MetricSink, log_to
 from honing.records import Trajectory
@@ -122,11 +124,17 @@ class HeldOut:
             log.info("eval %s (%s): %d episodes", name, phase, total)
 
             def logged(trajectory: Trajectory, set_name: str = name) -> None:
-                fields = episode_fields(trajectory, split="eval", set=set_name, staleness=None)
-                emit("episode", step, **fields)
+                for t in [trajectory, *trajectory.partners]:  # a team's: every role's
+                    fields = episode_fields(t, split="eval", set=set_name, staleness=None)
+                    emit("episode", step, **fields)
 
             progress = _EvalProgress(name, total, self.progress)
-            player = EnginePlayer(engine, agent, name=f"step {step}", on_trajectory=logged)
+            player: EnginePlayer | TeamPlayer
+            if cfg.team is None:
+                player = EnginePlayer(engine, agent, name=f"step {step}", on_trajectory=logged)
+            else:
+                player = TeamPlayer(engine, agent, cfg.team, name=f"step {step} · team",
+                                    on_trajectory=logged)  # fmt: skip
             report = await evaluate(
                 taskset,
                 player,
@@ -178,11 +186,14 @@ class HeldOut:
             state.evals.append(point)
             self.run.append_eval(point)
             emit("eval", step, **point.model_dump(mode="json", exclude={"step", "outcomes"}))
-            log_to(
-                self.sinks,
-                step,
-                eval_scalars(name, point.success, point.well_formed, point.risk_rate),
-            )
+            scalars = eval_scalars(name, point.success, point.well_formed, point.risk_rate)
+            if isinstance(player, TeamPlayer):
+                team = team_scalars(player.trajectories, prefix=f"eval/{name}/team")
+                log.info("eval %s (%s): team %s", name, phase,
+                         ", ".join(f"{k.rsplit('/team/', 1)[1]} {v:.3g}"
+                                   for k, v in team.items()) or "not judged")  # fmt: skip
+                scalars.update(team)
+            log_to(self.sinks, step, scalars)
             if self.on_eval is not None:
                 self.on_eval(point)
         return points

@@ -112,3 +112,83 @@ def test_infrastructure_failures_exit_3_and_are_reported(
     row = re.search(r"│ all\s+│\s+(\d+)\s+│\s+(\d+)\s+│\s+(\S+)\s+│\s+(\d+)\s+│", table.stdout)
     assert row is not None, table.stdout
     assert row.groups() == ("0", "0", "–", str(e2e["infra_failed"]))
+
+
+TRIO = "roles:\n  - kind: analyst\n  - kind: executor\n  - kind: validator\nmax_rounds: 1\n"
+
+
+def eval_in_process(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], *args: str) -> Any:
+    """`honing eval ARGS` in this process (no second start-up of torch): its Click result."""
+    from typer.testing import CliRunner
+
+    from honing.cli import app
+
+    monkeypatch.setenv("HONING_HOME", env["HONING_HOME"])
+    return CliRunner().invoke(app, ["eval", *args])
+
+
+def test_a_model_alone_and_as_a_team(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """A random tiny model (garbage, quickly): the structure of both outputs, not the scores."""
+    team = tmp_path / "team.yaml"
+    team.write_text(TRIO)
+    args = ["--tasks", "examples-math", "--shard", "0/7", "--policy", f"model:{tiny_model_dir}",
+            "--team", str(team), "--max-steps", "2", "--max-new-tokens", "8"]  # fmt: skip
+    result = eval_in_process(monkeypatch, env, *args)
+    assert result.exit_code == 0, result.output
+    table = result.stdout
+    assert table.count("end to end (infra failures") == 2  # alone, then as the team
+    assert table.count("single step · trajectory") == 2
+    assert "· team (analyst, executor, validator)" in " ".join(table.split())
+    for row in ("alone vs as a team", "success", "valid steps", "team roles", "validator",
+                "precision", "rounds to acceptance", "mean reward analyst",
+                "mean reward executor", "mean reward validator"):  # fmt: skip
+        assert row in table, row
+
+    result = eval_in_process(monkeypatch, env, *args, "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert set(out) == REPORT_KEYS | {"team"}
+    teamed = out["team"]
+    assert set(teamed) == REPORT_KEYS | {"config", "roles"}
+    assert teamed["policy"] == f"model:{tiny_model_dir} · team (analyst, executor, validator)"
+    assert teamed["config"]["max_rounds"] == 1
+    # The same tasks, each played as often alone as by the team.
+    alone, together = out["end_to_end"], teamed["end_to_end"]
+    assert alone["tasks"] == together["tasks"] > 0
+    assert alone["total"] + alone["infra_failed"] == together["total"] + together["infra_failed"]
+    roles = teamed["roles"]
+    assert set(roles) == {"episodes", "precision", "recall", "verdict_accuracy", "rounds",
+                          "accepted", "reward"}  # fmt: skip
+    assert roles["episodes"] == together["total"]
+    assert set(roles["reward"]) == {"analyst", "executor", "validator"}
+    assert all(f["n"] == together["total"] for f in roles["reward"].values())
+    assert set(roles["precision"]) == {"value", "n"}
+
+
+@pytest.mark.parametrize(
+    ("policy", "text", "message"),
+    [
+        ("model:default", "model: m\nsteps: 3\n", "no team in it: give a team config (roles:"),
+        ("model:default", "team:\n  roles: [{kind: coach}]\n", "key 'team.roles.0.kind'"),
+        ("reference", TRIO, "--team needs a model policy"),
+    ],
+)
+def test_a_bad_team_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict[str, str],
+    tmp_path: Path,
+    policy: str,
+    text: str,
+    message: str,
+) -> None:
+    team = tmp_path / "team.yaml"
+    team.write_text(text)
+    result = eval_in_process(monkeypatch, env, "--tasks", "examples-math", "--policy", policy,
+                             "--team", str(team))  # fmt: skip
+    assert result.exit_code == 2
+    said = " ".join(result.stderr.split())
+    assert message in said
+    if policy != "reference":
+        assert str(team) in said

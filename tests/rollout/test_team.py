@@ -32,7 +32,7 @@ from honing.rollout.team import (
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask, load_tasks
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+ON_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 AGENT = AgentConfig(sampling=SamplingParams(max_new_tokens=96), max_turns=4)
 TEAM = TeamConfig.model_validate(
     {"roles": [{"kind": "analyst"}, {"kind": "executor"}, {"kind": "validator"}]}
@@ -54,8 +54,12 @@ def product() -> AnyTask:
     return task  # What is 347 × 86? → 29842
 
 
-def team_engine(tok: Any, executor: list[str], validator: list[str],
-                plan: str = "1. Multiply 347 by 86 with the calculator.") -> ScriptedEngine:  # fmt: skip
+PLAN = "1. Multiply 347 by 86 with the calculator."
+
+
+def team_engine(
+    tok: Any, executor: list[str], validator: list[str], plan: str = PLAN
+) -> ScriptedEngine:
     """Answers by role (read from the prompt's system message), each role's script in order."""
     said = {"analyst": 0, "validator": 0, "executor": 0}
 
@@ -87,6 +91,7 @@ def roles(lead: Trajectory) -> dict[str, Trajectory]:
     return {t.role: t for t in [lead, *lead.partners]}
 
 
+@ON_MODULE_LOOP
 async def test_a_rejected_answer_is_rolled_back_and_the_accepted_one_scores(
     module_pool: SandboxPool, tok: Any, product: AnyTask
 ) -> None:
@@ -96,7 +101,7 @@ async def test_a_rejected_answer_is_rolled_back_and_the_accepted_one_scores(
             call("calculator", expression="347*86"),
             call("answer", value="29000"),
             call("answer", value="29842"),
-        ],  # fmt: skip
+        ],
         validator=["The product is off.\nREJECT: 347 × 86 is not 29000", "ACCEPT"],
     )
     reviews: list[Review] = []
@@ -136,6 +141,7 @@ async def test_a_rejected_answer_is_rolled_back_and_the_accepted_one_scores(
         assert mine == spans and mine
 
 
+@ON_MODULE_LOOP
 async def test_a_wrong_accept_costs_the_validator_its_verdict_reward(
     module_pool: SandboxPool, tok: Any, product: AnyTask
 ) -> None:
@@ -148,6 +154,7 @@ async def test_a_wrong_accept_costs_the_validator_its_verdict_reward(
     assert validator.reward == 0.0
 
 
+@ON_MODULE_LOOP
 async def test_rejections_past_max_rounds_end_the_episode_unsubmitted(
     module_pool: SandboxPool, tok: Any, product: AnyTask
 ) -> None:
@@ -162,6 +169,7 @@ async def test_rejections_past_max_rounds_end_the_episode_unsubmitted(
     assert validator.components["verdict_correct"] == 0.0
 
 
+@ON_MODULE_LOOP
 async def test_a_tool_call_after_stop_is_a_risk_and_is_not_run(
     module_pool: SandboxPool, tok: Any, product: AnyTask
 ) -> None:
@@ -178,6 +186,7 @@ async def test_a_tool_call_after_stop_is_a_risk_and_is_not_run(
     assert last.role == "tool" and "Not run" in last.text
 
 
+@ON_MODULE_LOOP
 async def test_a_validator_without_a_verdict_counts_as_wrong_and_blocks(
     module_pool: SandboxPool, tok: Any, product: AnyTask
 ) -> None:
@@ -189,6 +198,7 @@ async def test_a_validator_without_a_verdict_counts_as_wrong_and_blocks(
     assert roles(lead)["validator"].components["verdict_correct"] == 0.0
 
 
+@ON_MODULE_LOOP
 async def test_validator_checks_run_on_a_checkpoint_and_leave_no_trace(
     module_pool: SandboxPool, tok: Any, product: AnyTask
 ) -> None:
