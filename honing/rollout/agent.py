@@ -158,6 +158,39 @@ async def run_episode(
     return await _Episode(task, env, engine, config, gate, on_step, sample, group_id).run()
 
 
+async def guarded(
+    play: Callable[[], Awaitable[None]],
+    deadline_s: float,
+    end: Callable[[Ending, str | None, str], None],
+    close: Callable[[], Awaitable[None]],
+    finish: Callable[[], Trajectory],
+) -> Trajectory:
+    """An episode's frame: `play` within the episode deadline (past it, `end` ends the episode as
+    TIMEOUT), then `close`, always; the `finish`ed trajectory, or the InfraFailure raised with
+    it (for the scheduler's record when retries run out)."""
+    try:
+        try:
+            async with asyncio.timeout(deadline_s) as deadline:
+                await play()
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            end(Ending.TIMEOUT, "episode_deadline",
+                f"the episode deadline of {deadline_s:g}s passed")  # fmt: skip
+    except BaseException as exc:
+        if isinstance(exc, InfraFailure) and exc.trajectory is None:
+            exc.trajectory = finish()
+        with contextlib.suppress(Exception):  # the episode's own failure is what counts
+            await close()
+        raise
+    try:
+        await close()
+    except InfraFailure as exc:
+        exc.trajectory = finish()
+        raise
+    return finish()
+
+
 class _Episode:
     def __init__(self, task: AnyTask, env: EnvLike, engine: Engine, config: AgentConfig,
                  gate: Gate, on_step: Callable[[Observation, Action, StepResult], None] | None,
@@ -186,28 +219,8 @@ class _Episode:
 
     async def run(self) -> Trajectory:
         started = time.monotonic()
-        deadline_s = self.config.deadlines.episode_s
-        try:
-            try:
-                async with asyncio.timeout(deadline_s) as deadline:
-                    await self._play()
-            except TimeoutError:
-                if not deadline.expired():
-                    raise
-                self._end(Ending.TIMEOUT, "episode_deadline",
-                          f"the episode deadline of {deadline_s:g}s passed")  # fmt: skip
-        except BaseException as exc:
-            if isinstance(exc, InfraFailure) and exc.trajectory is None:
-                exc.trajectory = self._finish(started)
-            with contextlib.suppress(Exception):  # the episode's own failure is what counts
-                await self._close()
-            raise
-        try:
-            await self._close()
-        except InfraFailure as exc:
-            exc.trajectory = self._finish(started)
-            raise
-        return self._finish(started)
+        return await guarded(self._play, self.config.deadlines.episode_s, self._end, self._close,
+                             lambda: self._finish(started))  # fmt: skip
 
     def _finish(self, started: float) -> Trajectory:
         traj = self.traj

@@ -32,8 +32,6 @@ Not covered: scheduling and retries (`honing.rollout.scheduler`), advantages
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import enum
 import re
 import time
@@ -55,7 +53,15 @@ from honing.envs.base import (
 from honing.errors import ConfigError
 from honing.records import Ending, Trajectory
 from honing.risk import event, risk_cost
-from honing.rollout.agent import OPEN_GATE, AgentConfig, EnvLike, Gate, InfraFailure, _Episode
+from honing.rollout.agent import (
+    OPEN_GATE,
+    AgentConfig,
+    EnvLike,
+    Gate,
+    InfraFailure,
+    _Episode,
+    guarded,
+)
 from honing.rollout.engines.base import Engine, Generation, Prompt, SamplingParams, WeightUpdate
 from honing.tasks.load import AnyTask
 
@@ -308,28 +314,8 @@ class _Team:
     async def run(self) -> Trajectory:
         ex = self.executor
         self.started = time.monotonic()
-        deadline_s = self.agent.deadlines.episode_s
-        try:
-            try:
-                async with asyncio.timeout(deadline_s) as deadline:
-                    await self._play()
-            except TimeoutError:
-                if not deadline.expired():
-                    raise
-                ex._end(Ending.TIMEOUT, "episode_deadline",
-                        f"the episode deadline of {deadline_s:g}s passed")  # fmt: skip
-        except BaseException as exc:
-            if isinstance(exc, InfraFailure) and exc.trajectory is None:
-                exc.trajectory = self._finish()
-            with contextlib.suppress(Exception):
-                await ex._close()
-            raise
-        try:
-            await ex._close()
-        except InfraFailure as exc:
-            exc.trajectory = self._finish()
-            raise
-        return self._finish()
+        return await guarded(self._play, self.agent.deadlines.episode_s, ex._end, ex._close,
+                             self._finish)  # fmt: skip
 
     # -- the protocol ---------------------------------------------------------------------------
 
