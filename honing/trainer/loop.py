@@ -323,7 +323,8 @@ class Trainer:
         usage = self.pool.usage()
         started = time.perf_counter()
         version = self.learner.version  # the policy the learner is at when it trains on them
-        groups, lags = await self._roll_out(sched, writer, drawn, version)
+        versions = {role: other.version for role, other in self.roles.items()}  # per-role ones
+        groups, lags = await self._roll_out(sched, writer, drawn, version, versions)
         rollout_s = time.perf_counter() - started
         trajectories = [t for g in groups for t in g.trajectories]
         if not self.checked_match:
@@ -373,9 +374,11 @@ class Trainer:
         writer: TrajectoryWriter,
         drawn: list[tuple[str, AnyTask]],
         version: int,
+        versions: dict[str, int],
     ) -> tuple[list[Group], list[int | None]]:
         """The drawn tasks' groups, played, logged and stored; each trajectory's staleness. A
-        team's groups are split by role (`by_role`): each role's advantages are its own."""
+        team's groups are split by role (`by_role`): each role's advantages are its own, and a
+        role with a learner of its own (`versions`) is behind that learner, not the run's."""
         self._activity("rollout")
         played = await sched.run_all([task for _, task in drawn])
         groups: list[Group] = []
@@ -386,7 +389,7 @@ class Trainer:
                 groups.append(group)
                 for trajectory in group.trajectories:
                     trajectory.dataset = self.train_sets[source].name
-                    lag = staleness(trajectory, version)
+                    lag = staleness(trajectory, versions.get(trajectory.role, version))
                     lags.append(lag)
                     fields = episode_fields(trajectory, split="train", set=source, staleness=lag)
                     emit("episode", self.state.step + 1, **fields)
