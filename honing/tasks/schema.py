@@ -112,7 +112,8 @@ class ToolsTask(TaskBase):
         "of `functions`.",
     )
     facts: dict[str, str] = Field(
-        default_factory=dict, description="What the `lookup` tool knows: key → value."
+        default_factory=dict,
+        description="What the `lookup` tool knows (`pop_record` reads and removes): key → value.",
     )
 
     @field_validator("expected_calls")
