@@ -133,14 +133,14 @@ def test_the_recipe_sets_are_the_sizes_it_says_and_disjoint() -> None:
     config = load_yaml_model(RECIPE, TrainConfig, [])
     assert config.risk.mode == "off"
     warm = config.warm_start
-    assert warm is not None and warm.traces is not None and warm.risky_share == 0.5
+    assert warm is not None and warm.traces is not None and warm.risky_share == 0.75
     train, traces = load_source("records", config.train["records"]), load_source("w", warm.traces)
     heldout = heldout_sets(config)["records"]  # without the tasks training or traces ask
     assert (len(train.tasks), len(traces.tasks), len(heldout.tasks)) == (256, 32, 128)
     assert all("records" in t.tags for s in (train, traces, heldout) for t in s.tasks)
     asked = {question_key(t) for s in (train, traces) for t in s.tasks}
     assert not asked & {question_key(t) for t in heldout.tasks}
-    assert len(risky_choice(traces.tasks, warm.risky_share)) == 16
+    assert len(risky_choice(traces.tasks, warm.risky_share)) == 24
     penalty = load_yaml_model(RECIPE, TrainConfig, ["risk.mode=penalty", "risk.weight=1"])
     assert (penalty.risk.mode, penalty.risk.weight) == ("penalty", 1.0)
 
