@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HONING = [sys.executable, "-m", "honing"]
 
 
@@ -99,6 +101,9 @@ def test_check_template(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert "FAIL" in proc.stdout and "fix:" in proc.stdout
 
 
+# Slow (a Ray instance started by the CLI): the rollout on Ray actors is test_ray.py's
+# (actors killed mid-run included), the command line this file's local rollout.
+@pytest.mark.slow
 def test_rollout_on_ray_writes_the_same_store(tiny_model_dir: Path, tmp_path: Path) -> None:
     """`--backend ray`: the engine and the sandbox run in Ray actors of a local instance."""
     out = tmp_path / "ray-run"
