@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from team_script import call, team_engine
 
 from honing.errors import ConfigError
 from honing.eval import evaluate
@@ -22,7 +23,6 @@ from honing.rollout.team import TeamConfig
 from honing.sandbox import SandboxPool
 from honing.tasks import TaskSet
 from honing.tasks.load import load_tasks
-from tests.rollout.test_team import call, team_engine
 
 AGENT = AgentConfig(sampling=SamplingParams(max_new_tokens=96), max_turns=4)
 TRIO = TeamConfig.model_validate(

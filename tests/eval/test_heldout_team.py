@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from team_script import call
 
 from honing.observe.events import EventLog, read_events, use
 from honing.rollout.engines.base import Prompt
@@ -21,7 +22,6 @@ from honing.sandbox import SandboxPool
 from honing.trainer.heldout import Forgetting, HeldOut
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.run_dir import EvalPoint, RunDir
-from tests.rollout.test_team import call
 
 SUM = re.compile(r"What is (\d+) \+ (\d+)\?")
 TEAM = {"roles": [{"kind": "executor"}, {"kind": "validator"}], "max_rounds": 1}

@@ -4,20 +4,20 @@ trajectory and named reward, and per-role groups whose advantages differ as they
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from team_script import call, team_engine
 
 from honing.envs.base import EnvConfig
 from honing.envs.registry import make_env
 from honing.records import Ending, Group, Trajectory, by_role
 from honing.rl.advantages import grpo_advantages
 from honing.rollout.agent import AgentConfig
-from honing.rollout.engines.base import Prompt, SamplingParams
+from honing.rollout.engines.base import SamplingParams
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.rollout.team import (
@@ -39,10 +39,6 @@ TEAM = TeamConfig.model_validate(
 )
 
 
-def call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
-
-
 @pytest.fixture(scope="module")
 def tok(tiny_model_dir: Path) -> Any:
     return load_tokenizer(tiny_model_dir)
@@ -52,27 +48,6 @@ def tok(tiny_model_dir: Path) -> Any:
 def product() -> AnyTask:
     [task] = [t for t in load_tasks("examples-math").tasks if t.id == "example-math/product"]
     return task  # What is 347 × 86? → 29842
-
-
-PLAN = "1. Multiply 347 by 86 with the calculator."
-
-
-def team_engine(
-    tok: Any, executor: list[str], validator: list[str], plan: str = PLAN
-) -> ScriptedEngine:
-    """Answers by role (read from the prompt's system message), each role's script in order."""
-    said = {"analyst": 0, "validator": 0, "executor": 0}
-
-    def respond(prompt: Prompt, _: int) -> str:
-        text = tok.decode(prompt.token_ids or [])
-        role = ("analyst" if "You are the analyst" in text
-                else "validator" if "You are the validator" in text else "executor")  # fmt: skip
-        script = {"analyst": [plan], "validator": validator, "executor": executor}[role]
-        i = said[role]
-        said[role] += 1
-        return script[min(i, len(script) - 1)]
-
-    return ScriptedEngine(respond, tokenizer=tok)
 
 
 async def play(

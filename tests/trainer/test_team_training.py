@@ -13,13 +13,14 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from test_risk_training import config, dare, lines  # noqa: F401 (the fixture)
+
 from honing.rollout.engines.base import Prompt
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.store import read_trajectories
 from honing.tasks.domains import Domain
 from honing.trainer.loop import train
-from tests.trainer.test_risk_training import config, dare, lines  # noqa: F401 (the fixture)
 
 GOAL = re.compile(r"Reach goal (\d+)\.")
 TEAM = {
