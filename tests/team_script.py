@@ -34,3 +34,17 @@ def team_engine(
         return script[min(i, len(script) - 1)]
 
     return ScriptedEngine(respond, tokenizer=tok)
+
+
+def reject_then_accept(tok: Any) -> ScriptedEngine:
+    """347 × 86: the executor calls the calculator, answers 29000 (the validator rejects it:
+    rolled back), then 29842 (accepted)."""
+    return team_engine(
+        tok,
+        executor=[
+            call("calculator", expression="347*86"),
+            call("answer", value="29000"),
+            call("answer", value="29842"),
+        ],
+        validator=["The product is off.\nREJECT: 347 × 86 is not 29000", "ACCEPT"],
+    )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from team_script import call, team_engine
+from team_script import call, reject_then_accept
 
 from honing.errors import ConfigError
 from honing.eval import evaluate
@@ -45,15 +45,7 @@ async def test_the_tiers_count_the_steps_that_stand_and_each_role_is_figured(
     pool: SandboxPool, tok: Any, product: TaskSet
 ) -> None:
     """calculator, a wrong answer (rejected: rolled back), the right one (accepted)."""
-    engine = team_engine(
-        tok,
-        executor=[
-            call("calculator", expression="347*86"),
-            call("answer", value="29000"),
-            call("answer", value="29842"),
-        ],
-        validator=["REJECT: 347 × 86 is not 29000", "ACCEPT"],
-    )
+    engine = reject_then_accept(tok)
     heard: list[Trajectory] = []
     player = TeamPlayer(engine, AGENT, TRIO, name="team", on_trajectory=heard.append)
     report = await evaluate(product, player, pool)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from team_script import call, team_engine
+from team_script import call, reject_then_accept, team_engine
 
 from honing.envs.base import EnvConfig
 from honing.envs.registry import make_env
@@ -70,15 +70,7 @@ def roles(lead: Trajectory) -> dict[str, Trajectory]:
 async def test_a_rejected_answer_is_rolled_back_and_the_accepted_one_scores(
     module_pool: SandboxPool, tok: Any, product: AnyTask
 ) -> None:
-    engine = team_engine(
-        tok,
-        executor=[
-            call("calculator", expression="347*86"),
-            call("answer", value="29000"),
-            call("answer", value="29842"),
-        ],
-        validator=["The product is off.\nREJECT: 347 × 86 is not 29000", "ACCEPT"],
-    )
+    engine = reject_then_accept(tok)
     reviews: list[Review] = []
     lead = await play(product, module_pool, engine, reviews=reviews)
     team = roles(lead)
