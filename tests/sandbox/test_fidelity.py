@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -668,6 +669,13 @@ def stderr_view(text: str, check: StderrCheck) -> list[str]:
     if check == "last_line":
         return lines[-1:]
     return lines
+
+
+# The reference python inherits SIGINT's disposition: a test run started in the background by a
+# non-interactive shell ignores SIGINT, and so would the reference (but not a sandbox job, whose
+# child sets python's handler). A handler here makes exec give the reference the default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 async def run_python(program: Program, directory: Path) -> Outcome:
