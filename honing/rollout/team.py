@@ -7,8 +7,9 @@ The protocol (`TeamConfig`, docs/rollout.md "Teams"):
   1. the analyst (optional) reads the task and writes a plan;
   2. the executor sees the task and the plan and acts in the environment, as a single agent
      does; it is the only role whose actions the environment keeps;
-  3. an executor action that submits (calls one of the domain's submit tools, or ends the
-     episode) is tried under a checkpoint; the validator (optional) reviews the work so far and
+  3. with a validator, every executor action is tried under a checkpoint; one that submits
+     (calls one of the domain's submit tools, is a reply without calls that the environment
+     acted on, or ends the episode) is reviewed: the validator reviews the work so far and
      answers ACCEPT, REJECT (with a reason) or STOP. Accepted, the tried step stands; rejected, the
      environment is rolled back and the executor is told why; after `max_rounds` rejections the
      episode ends unsubmitted (`validator_rejected`). STOP ends the episode too; an executor that
@@ -62,6 +63,7 @@ from honing.rollout.agent import (
     _Episode,
     guarded,
 )
+from honing.rollout.chat import Message
 from honing.rollout.engines.base import Engine, Generation, Prompt, SamplingParams, WeightUpdate
 from honing.tasks.load import AnyTask
 
@@ -272,12 +274,41 @@ async def run_team_episode(
     group_id: str = "",
     on_step: Callable[[Observation, Action, StepResult], None] | None = None,
     on_review: Callable[[Review], None] | None = None,
+    conversations: dict[str, Conversation] | None = None,
 ) -> Trajectory:
     """Play one team episode of `task` (module docstring); returns the executor's trajectory with
     the other roles' in `partners`. Always closes `env`. `on_step` sees the executor's steps
-    that stand (as `run_episode`'s does); `on_review` each validator review."""
-    return await _Team(task, env, engine, team, agent, gate, sample, group_id, on_step,
-                       on_review).run()  # fmt: skip
+    that stand (as `run_episode`'s does); `on_review` each validator review; `conversations`,
+    when given, is filled with each role's `Conversation` (by role name) once the episode ends."""
+    team_ = _Team(task, env, engine, team, agent, gate, sample, group_id, on_step, on_review)
+    lead = await team_.run()
+    if conversations is not None:
+        for kind, seat in team_.seats.items():
+            conversations[team_.roles[kind].role] = _conversation(seat, kind)
+    return lead
+
+
+@dataclass
+class Conversation:
+    """What one role saw and said in a team episode, as a chat example (`honing sft`'s format):
+    its system prompt as configured (none when it is None), the first message it was shown,
+    then every later message, and the tools it was offered apart (the chat template describes
+    them). Rendered by `honing.trainer.sft`, it gives the tokens the role's trajectory holds."""
+
+    role: str
+    kind: str
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+
+
+def _conversation(seat: _Episode, kind: str) -> Conversation:
+    said = seat.transcript.messages if seat.transcript is not None else seat.messages
+    first = next((i for i, m in enumerate(said) if m.get("role") == "user"), len(said))
+    prompt = seat.config.system_prompt
+    head: list[Message] = [] if prompt is None else [{"role": "system", "content": prompt}]
+    shown = seat.traj.turns[0].text if seat.traj.turns else ""
+    messages = [*head, {"role": "user", "content": shown}, *(dict(m) for m in said[first + 1 :])]
+    return Conversation(seat.traj.role, kind, messages, list(seat.tools))
 
 
 class _Team:
@@ -369,11 +400,11 @@ class _Team:
         """The executor's step; a submission is tried (for the verifier's verdict), then reviewed
         on the state before it, then kept (accepted) or rolled back."""
         ex = self.executor
-        if malformed is not None or "validator" not in self.seats or not self._may_submit(action):
+        if malformed is not None or "validator" not in self.seats:
             return await ex._step(action, malformed), None
-        before = await self.env.checkpoint()
+        before = await self.env.checkpoint()  # every action: one that ends the episode submits
         tried = await ex._step(action, None)
-        if tried.info.infrastructure or not self._submitted(tried):
+        if tried.info.infrastructure or not self._submitted(action, tried):
             return tried, None
         after = await self.env.checkpoint()
         await self.env.rollback(before)  # the validator sees the work as it was submitted
@@ -383,13 +414,13 @@ class _Team:
             return tried, review
         return self._sent_back(action, tried, review), review
 
-    def _may_submit(self, action: Action) -> bool:
-        """Whether the action may submit: it calls a submit tool, or it is a reply without calls
-        (a domain may read it as an answer, e.g. a ```python block or a \\boxed{} value)."""
-        return not action.tool_calls or any(c.name in self.submits for c in action.tool_calls)
-
-    def _submitted(self, result: StepResult) -> bool:
-        if any(r.name in self.submits for r in result.observation.tool_results):
+    def _submitted(self, action: Action, result: StepResult) -> bool:
+        """Whether the tried action is a submission: it called a submit tool, it is a reply
+        without calls that the environment acted on (a ```python block written and tested, a
+        \\boxed{} answer), or it ended the episode (not by the step limit)."""
+        if any(c.name in self.submits for c in action.tool_calls):
+            return True
+        if not action.tool_calls and result.observation.tool_results:
             return True
         return result.done and not result.info.step_limit
 
@@ -598,6 +629,7 @@ def _short(text: str, limit: int) -> str:
 
 __all__ = [
     "SUBMIT_TOOLS",
+    "Conversation",
     "Review",
     "RoleConfig",
     "RoleEngines",

@@ -183,6 +183,14 @@ class WarmStart(StrictModel):
         "tasks every run: chosen by a hash of their id), so the warm-started policy takes both "
         "paths. Every trace must still succeed.",
     )
+    reject_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="traces with a team: this share of the tasks first submit a wrong "
+        "solution that the scripted validator rejects (honing.trainer.team_traces), so the "
+        "validator learns to reject and the executor to recover.",
+    )
     epochs: int = Field(1, ge=1)
     batch_size: int = Field(8, ge=1, description="Examples per optimiser step.")
     lr: float = Field(2e-4, gt=0, description="Learning rate of the warm start.")

@@ -4,7 +4,9 @@
 
 With `warm_start.traces`, the SFT data are tool-use traces made by playing the source's tasks'
 reference solutions (`risky_share` of those with a risky path: that path) through the real
-environments (`honing.trainer.traces`), rendered exactly as the agent loop renders rollouts;
+environments (`honing.trainer.traces`), rendered exactly as the agent loop renders rollouts
+(with `team:`, every role's turns of the tasks played by a scripted team instead,
+`honing.trainer.team_traces`);
 with `warm_start.data`, a chat JSONL file. The model is trained with the run's learner settings
 (LoRA or full) at the warm start's learning rate and saved merged (`honing.trainer.sft`); RL
 then starts from it with a fresh adapter and optimiser.
@@ -21,11 +23,13 @@ import logging
 from pathlib import Path
 
 from honing.errors import ConfigError
+from honing.rollout.models import load_tokenizer, resolve_model
 from honing.sandbox import SandboxPool
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.run_dir import DONE_FILE, WARM_DIR, RunDir
 from honing.trainer.sft import SftConfig, run_sft
 from honing.trainer.sources import load_source
+from honing.trainer.team_traces import write_team_traces
 from honing.trainer.traces import risky_choice, write_traces
 
 log = logging.getLogger(__name__)
@@ -51,24 +55,45 @@ async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
         data = out / "traces.jsonl"
         env = config.env_config
         async with SandboxPool(config.sandbox) as pool:
-            traces = await write_traces(
-                taskset,
-                data,
-                pool,
-                calculator_first=settings.calculator_first,
-                system_prompt=config.agent.system_prompt,
-                env_config=env,
-                restate=config.agent.restate,
-                risky_share=settings.risky_share,
-            )
-        risky = sum(t.risky for t in traces)
-        log.info(
-            "warm start: %d reference traces of %s (%d from risky references) -> %s",
-            len(traces),
-            taskset.name,
-            risky,
-            data,
-        )
+            if config.team is not None:
+                tokenizer = load_tokenizer(resolve_model(config.model))
+                played = await write_team_traces(
+                    taskset,
+                    data,
+                    pool,
+                    config.team,
+                    config.agent_config(config.agent.temperature, config.seed),
+                    tokenizer,
+                    reject_share=settings.reject_share,
+                    env_config=env,
+                )
+                log.info(
+                    "warm start: %d team reference episodes of %s (%d with a rejected "
+                    "submission first), %d rows -> %s",
+                    len(played),
+                    taskset.name,
+                    sum(t.rejected for t in played),
+                    sum(len(t.rows) for t in played),
+                    data,
+                )
+            else:
+                traces = await write_traces(
+                    taskset,
+                    data,
+                    pool,
+                    calculator_first=settings.calculator_first,
+                    system_prompt=config.agent.system_prompt,
+                    env_config=env,
+                    restate=config.agent.restate,
+                    risky_share=settings.risky_share,
+                )
+                log.info(
+                    "warm start: %d reference traces of %s (%d from risky references) -> %s",
+                    len(traces),
+                    taskset.name,
+                    sum(t.risky for t in traces),
+                    data,
+                )
     assert data is not None
     learner = config.learner.model_copy(
         update={"lr": settings.lr, "warmup_steps": 0, "schedule": "constant"}

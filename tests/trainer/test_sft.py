@@ -106,7 +106,7 @@ def test_bad_rows_are_all_named_by_file_line_and_field(tmp_path: Path) -> None:
         '{"messages": [{"role": "user", "content": "hi"}, {"role": "robot", "content": "x"}]}',
         "{not json",
         '{"messages": [{"role": "user", "content": "hi"}]}',
-        '{"messages": [{"role": "user", "content": "hi", "weight": 1}, '
+        '{"messages": [{"role": "user", "content": "hi", "score": 1}, '
         '{"role": "assistant", "content": "x"}], "extra": 1}',
         '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": '
         '[{"function": {"name": "f", "arguments": "[1]"}}]}], '
@@ -122,7 +122,7 @@ def test_bad_rows_are_all_named_by_file_line_and_field(tmp_path: Path) -> None:
     )
     assert f"{data}:3: not valid JSON" in text
     assert f"{data}:4: field 'messages': no assistant message" in text
-    assert f"{data}:5: field 'messages[0].weight': unknown field; allowed: role, content" in text
+    assert f"{data}:5: field 'messages[0].score': unknown field; allowed: role, content" in text
     assert f"{data}:5: field 'extra': unknown field; allowed: messages, tools, id" in text
     assert (
         f"{data}:6: field 'messages[1].tool_calls[0].function.arguments': must be a JSON " in text

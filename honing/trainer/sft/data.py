@@ -46,6 +46,11 @@ class ChatMessage(StrictModel):
     tool_calls: list[ChatToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None  # the tool's name, on a tool message
+    weight: Literal[0, 1] = Field(
+        1,
+        description="Assistant messages: 1 trains on it, 0 keeps it as context only (a "
+        "mistake the rest of the conversation answers).",
+    )
 
 
 class ChatExample(StrictModel):
@@ -154,7 +159,9 @@ def _check_example(ex: ChatExample) -> list[tuple[str, str]]:
                 problems.append(
                     (f"messages[{i}]", "an assistant message needs content or tool_calls")
                 )
-            learnable = True
+            learnable = learnable or m.weight == 1
+        elif m.weight != 1:
+            problems.append((f"messages[{i}].weight", "only assistant messages have a weight"))
         for j, call in enumerate(m.tool_calls):
             if isinstance(call.function.arguments, str):
                 try:
@@ -169,7 +176,9 @@ def _check_example(ex: ChatExample) -> list[tuple[str, str]]:
                         )
                     )
     if not learnable:
-        problems.append(("messages", "no assistant message: nothing to learn from this row"))
+        problems.append(
+            ("messages", "no assistant message of weight 1: nothing to learn from this row")
+        )
     if any(m.tool_calls for m in ex.messages) and not ex.tools:
         problems.append(
             (

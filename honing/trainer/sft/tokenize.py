@@ -5,7 +5,8 @@
 
 Covered: the messages the agent would have shown the model for an example (`agent_messages`:
 its system prompt, `<tool_call>` text or native tool calls, tool results), tokenising turn by
-turn with mask 1 on assistant tokens and the end-of-turn token that closes them, the check that
+turn with mask 1 on assistant tokens and the end-of-turn token that closes them (0 on an
+assistant message of `weight` 0, kept as context), the check that
 the template is prefix-preserving, and the `overlong` policy (docs/training.md, "The modules in
 detail"). Not covered: reading or checking rows (`honing.trainer.sft.data`), packing several
 examples into one row, training (`update`).
@@ -133,6 +134,7 @@ def tokenize_example(example: ChatExample, fmt: ChatFormat) -> SftSequence:
     """Token ids and the assistant-only loss mask (see the module docstring); ConfigError when
     the template is not prefix-preserving."""
     messages = agent_messages(example, fmt)
+    weights = iter([m.weight for m in example.messages if m.role == "assistant"])
     tools = example.tools
     ids: list[int] = []
     mask: list[int] = []
@@ -141,6 +143,7 @@ def tokenize_example(example: ChatExample, fmt: ChatFormat) -> SftSequence:
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
+        weight = next(weights)  # assistant messages render one to one, in order
         before = fmt.render(messages[:i], generation_prompt=True, tools=tools) if i else ""
         after = fmt.render(messages[: i + 1], generation_prompt=False, tools=tools)
         if not before.startswith(covered) or not after.startswith(before):
@@ -159,7 +162,7 @@ def tokenize_example(example: ChatExample, fmt: ChatFormat) -> SftSequence:
         context = fmt.encode(before[len(covered) :])
         content = fmt.encode(body) + closing
         ids += context + content
-        mask += [0] * len(context) + [1] * len(content)
+        mask += [0] * len(context) + [weight] * len(content)
         covered = before + body + fmt.decode(closing)
     return SftSequence(ids, mask, example.source)
 

@@ -1,0 +1,353 @@
+"""Team warm-start data: each trace task played by a scripted team, every role's turns an SFT row.
+
+    rows = await team_traces(tasks, pool, team, agent, tokenizer, reject_share=0.5)
+    await write_team_traces(tasks, "runs/team.jsonl", pool, team, agent, tokenizer)
+
+A team's roles need examples of their own before RL can sharpen them: the executor must act with
+a plan in its context, the validator must answer ACCEPT or REJECT, the analyst must plan. Each
+task is played through `run_team_episode` in the real environment, each role answered from a
+script of its own:
+  - the analyst writes `reference_plan`: the reference's steps as tool names (never the answer);
+  - the executor plays the task's reference actions, as `honing.trainer.traces` does;
+  - the validator answers each submission with the verifier's verdict on it: ACCEPT on the
+    reference, REJECT: why on a wrong one (`validator_reply`, which names the change it sees).
+`reject_share` of the tasks (the ones whose id has the lowest SHA-256) first submit a wrong
+solution (`wrong_submissions`: for code, the file as it was handed over or a one-token change of
+the reference; for a numeric answer, one off); the validator rejects it and the executor then
+submits the reference. The wrong submission stays in the executor's row as context only (weight
+0), so the row teaches recovering from a rejection, never the mistake. Every episode must end
+with outcome 1 and every review must agree with the verifier, else `TraceError` names the task.
+The rows are `honing sft` rows: rendered by `honing.trainer.sft`, each gives exactly the tokens of
+its role's trajectory.
+
+Not covered: plans or verdicts written by a model (the scripts are templates), wrong submissions
+for domains other than code and numeric answers (their tasks play accept-only episodes), and
+validator tool checks (the scripted validator calls no tools).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from honing.envs.base import Action, EnvConfig, ToolCall
+from honing.envs.registry import make_env
+from honing.errors import ConfigError, HoningError
+from honing.rollout.agent import AgentConfig
+from honing.rollout.chat import Message
+from honing.rollout.engines.base import Engine
+from honing.rollout.engines.scripted import ScriptedEngine
+from honing.rollout.team import Conversation, Review, RoleEngines, TeamConfig, run_team_episode
+from honing.sandbox import SandboxPool
+from honing.tasks.load import AnyTask, TaskSet
+from honing.tasks.schema import CODE_SOLUTION
+from honing.trainer.traces import MAX_LISTED, TraceError, action_text
+
+CODE_BLOCK_OPEN = "```python\n"
+TRIES = 4  # wrong submissions tried per task before one the verifier rejects is found
+
+
+@dataclass
+class TeamTrace:
+    """One task played by the scripted team: each role's row, and how it went."""
+
+    task_id: str
+    rows: list[dict[str, Any]]  # `honing sft` rows, one per role
+    rejected: bool  # a wrong submission was made first (and rejected)
+    reviews: list[Review] = field(default_factory=list)
+
+    @property
+    def roles(self) -> list[str]:
+        return [str(r["id"]).rsplit("/", 1)[1] for r in self.rows]
+
+
+# -- the scripts -------------------------------------------------------------------------------
+def reference_plan(actions: Sequence[Action], submits: Sequence[str]) -> str:
+    """A numbered plan of `actions`: the tools each step calls (and the paths they name), or
+    what kind of reply it is; never an argument that holds the answer."""
+    steps = []
+    for action in actions:
+        if action.tool_calls:
+            parts = []
+            for call in action.tool_calls:
+                path = call.arguments.get("path")
+                shown = isinstance(path, str) and call.name not in submits and len(path) <= 60
+                parts.append(f"{call.name} on {path}" if shown else call.name)
+            steps.append("Call " + " and ".join(parts) + ".")
+        elif action.content.lstrip().startswith("```"):
+            steps.append("Reply with the whole fixed file in a ```python block; it is tested.")
+        else:
+            steps.append("Reply with the answer.")
+    return "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1))
+
+
+def submitted_code(action: Action) -> str | None:
+    """The code an action submits: its ```python block, or what it writes to solution.py."""
+    content = action.content
+    if CODE_BLOCK_OPEN in content:
+        body = content.split(CODE_BLOCK_OPEN, 1)[1]
+        return body.rsplit("```", 1)[0]
+    for call in action.tool_calls:
+        if call.name == "write_file" and call.arguments.get("path") == CODE_SOLUTION:
+            value = call.arguments.get("content")
+            return value if isinstance(value, str) else None
+    return None
+
+
+def with_code(action: Action, code: str) -> Action:
+    """`action` submitting `code` instead (its ```python block or its write_file content)."""
+    if CODE_BLOCK_OPEN in action.content:
+        return Action(content=f"{CODE_BLOCK_OPEN}{code}```")
+    calls = [
+        ToolCall(id=c.id, name=c.name, arguments={**c.arguments, "content": code})
+        if c.name == "write_file"
+        else c
+        for c in action.tool_calls
+    ]
+    return Action(content=action.content, tool_calls=calls)
+
+
+def wrong_submissions(task: AnyTask, submission: Action) -> list[Action]:
+    """Plausible wrong versions of the reference's submission, most plausible first: for code,
+    the file as the task handed it over (a repair submitted unchanged), then one-token changes
+    of the reference (`honing.tasks.synthetic.repair.mutations`); for an `answer` call with a
+    number, that number one off. [] when the domain has none."""
+    code = submitted_code(submission)
+    if code is not None:
+        from honing.tasks.synthetic.repair import mutations  # the code domain's own bugs
+
+        given = getattr(task, "files", {}).get(CODE_SOLUTION)
+        found = [given] if isinstance(given, str) and given.strip() != code.strip() else []
+        for mutation in mutations(code, first_line=2):
+            changed = mutation.apply(code)
+            if changed not in found and changed.strip() != code.strip():
+                found.append(changed)
+        digest = hashlib.sha256(task.id.encode()).digest()
+        if len(found) > 1 and digest[0] % 2:  # half the tasks: a changed token first
+            found = [found[1 + digest[1] % (len(found) - 1)], *found]
+        return [with_code(submission, c) for c in found]
+    for call in submission.tool_calls:
+        value = call.arguments.get("value", call.arguments.get("answer"))
+        try:
+            number = float(str(value).replace(",", ""))
+        except ValueError:
+            continue
+        key = "value" if "value" in call.arguments else "answer"
+        off = str(int(number) + 1) if number.is_integer() else f"{number + 1:g}"
+        wrong = ToolCall(id=call.id, name=call.name, arguments={**call.arguments, key: off})
+        calls = [wrong if c is call else c for c in submission.tool_calls]
+        return [Action(content=submission.content, tool_calls=calls)]
+    return []
+
+
+def describe_change(before: str | None, after: str | None) -> str:
+    """One sentence on what a code submission changes against the file it started from."""
+    if before is None or after is None:
+        return "It submits the result shown."
+    old, new = before.strip().splitlines(), after.strip().splitlines()
+    if old == new:
+        return f"It submits {CODE_SOLUTION} unchanged."
+    for i, (a, b) in enumerate(zip(old, new, strict=False), 1):
+        if a != b:
+            return f"It changes line {i} from `{a.strip()}` to `{b.strip()}`."
+    extra = difflib.unified_diff(old, new, lineterm="", n=0)
+    return "It changes " + " ".join(list(extra)[2:4]) + "."
+
+
+def validator_reply(change: str, good: bool) -> str:
+    """The scripted validator's answer to a submission whose change is described by `change`."""
+    if good:
+        return f"{change}\nACCEPT"
+    if "unchanged" in change:
+        return f"{change}\nREJECT: the bug is still there; the failing test fails the same way"
+    return f"{change}\nREJECT: this does not fix what the failing test shows"
+
+
+# -- playing -----------------------------------------------------------------------------------
+def reject_choice(tasks: Sequence[AnyTask], share: float) -> set[str]:
+    """The ids of the tasks that submit a wrong solution first: `share` of them (rounded half
+    up), those whose id has the lowest SHA-256 (the same every run; more share, a superset)."""
+    if not 0.0 <= share <= 1.0:
+        raise ConfigError(f"reject_share must be within [0, 1], not {share}")
+    ids = sorted({t.id for t in tasks}, key=lambda i: hashlib.sha256(i.encode()).hexdigest())
+    return set(ids[: int(share * len(ids) + 0.5)])
+
+
+async def play_team_reference(
+    task: AnyTask,
+    pool: SandboxPool,
+    team: TeamConfig,
+    agent: AgentConfig,
+    tokenizer: Any,
+    *,
+    reject: bool = False,
+    env_config: EnvConfig | None = None,
+) -> TeamTrace:
+    """Play `task` with the scripted team (module docstring); `reject`: submit a wrong
+    solution first when the domain has one. TraceError when it does not end with outcome 1 or a
+    review disagrees with the verifier."""
+    submits = team.submits(task.domain)
+    probe = make_env(task.domain, pool, env_config)
+    try:
+        references = probe.reference_actions(task)
+    finally:
+        await probe.close()
+    if not references:
+        raise TraceError(f"{task.id}: no reference actions to play")
+    *before, submission = references
+    wrongs = wrong_submissions(task, submission) if reject else []
+    if wrongs and len(references) + 1 > agent.max_turns:
+        raise ConfigError(
+            f"{task.id}: a rejected submission and the reference take {len(references) + 1} "
+            f"executor turns, but agent.max_turns is {agent.max_turns}: raise it, or set "
+            "warm_start.reject_share: 0"
+        )
+    last: TraceError | None = None
+    for wrong in [*wrongs[:TRIES], None] if wrongs else [None]:
+        try:
+            return await _play(task, pool, team, agent, tokenizer, before, submission, wrong,
+                               submits, env_config)  # fmt: skip
+        except TraceError as exc:
+            last = exc
+            if wrong is None:
+                break  # even the reference alone fails: say so
+    assert last is not None
+    raise last
+
+
+async def _play(
+    task: AnyTask,
+    pool: SandboxPool,
+    team: TeamConfig,
+    agent: AgentConfig,
+    tokenizer: Any,
+    before: list[Action],
+    submission: Action,
+    wrong: Action | None,
+    submits: tuple[str, ...],
+    env_config: EnvConfig | None,
+) -> TeamTrace:
+    start = getattr(task, "files", {}).get(CODE_SOLUTION)
+    executor = [*before, *([wrong] if wrong is not None else []), submission]
+    verdicts = []
+    if wrong is not None:
+        verdicts.append(validator_reply(describe_change(start, submitted_code(wrong)), False))
+    verdicts.append(validator_reply(describe_change(start, submitted_code(submission)), True))
+    scripts = {
+        "executor": [action_text(a) for a in executor],
+        "validator": verdicts,
+        "analyst": [reference_plan([*before, submission], submits)],
+    }
+    engines: dict[str, Engine] = {
+        role.role: ScriptedEngine(scripts[role.kind], tokenizer=tokenizer) for role in team.roles
+    }
+    executor_role = next(r.role for r in team.roles if r.kind == "executor")
+    reviews: list[Review] = []
+    conversations: dict[str, Conversation] = {}
+    env = make_env(task.domain, pool, env_config)
+    lead = await run_team_episode(
+        task, env, RoleEngines(engines, executor_role), team, agent,
+        on_review=reviews.append, conversations=conversations,
+    )  # fmt: skip
+    if lead.infrastructure_failed:
+        raise TraceError(f"{task.id}: infrastructure failure: {lead.detail}")
+    if not lead.success:
+        why = lead.detail or lead.failure or "outcome below 1"
+        raise TraceError(f"{task.id}: the scripted team did not solve it ({why})")
+    wrong_reviews = [r for r in reviews if not r.correct]
+    if wrong_reviews or (team.role("validator") is not None and len(reviews) != len(verdicts)):
+        raise TraceError(
+            f"{task.id}: the verifier disagrees with the script on {len(wrong_reviews)} of "
+            f"{len(reviews)} reviews (expected {len(verdicts)}); is every submission a call of "
+            "team.submit_tools, or a reply the environment acts on?"
+        )
+    rows = []
+    for conversation in conversations.values():
+        messages: list[Message] = conversation.messages
+        if conversation.kind == "executor" and wrong is not None:
+            messages = _weigh(messages, skip=len(before))
+        rows.append({"id": f"{task.id}/{conversation.role}", "messages": messages,
+                     "tools": conversation.tools})  # fmt: skip
+    return TeamTrace(task.id, rows, rejected=wrong is not None, reviews=reviews)
+
+
+def _weigh(messages: list[Message], skip: int) -> list[Message]:
+    """The messages with the assistant message after the first `skip` ones at weight 0."""
+    out, seen = [], 0
+    for m in messages:
+        if m["role"] == "assistant":
+            if seen == skip:
+                m = {**m, "weight": 0}
+            seen += 1
+        out.append(m)
+    return out
+
+
+async def team_traces(
+    tasks: TaskSet | Sequence[AnyTask],
+    pool: SandboxPool,
+    team: TeamConfig,
+    agent: AgentConfig,
+    tokenizer: Any,
+    *,
+    reject_share: float = 0.5,
+    env_config: EnvConfig | None = None,
+    concurrency: int = 8,
+) -> list[TeamTrace]:
+    """Every task played by the scripted team, in task order (module docstring); TraceError
+    lists the tasks that could not be played."""
+    items = list(tasks.tasks if isinstance(tasks, TaskSet) else tasks)
+    rejecting = reject_choice(items, reject_share)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(task: AnyTask) -> TeamTrace | str:
+        async with gate:
+            try:
+                return await play_team_reference(task, pool, team, agent, tokenizer,
+                                                 reject=task.id in rejecting,
+                                                 env_config=env_config)  # fmt: skip
+            except HoningError as exc:
+                return str(exc) if str(exc).startswith(task.id) else f"{task.id}: {exc}"
+
+    played = await asyncio.gather(*(one(t) for t in items))
+    failed = [p for p in played if isinstance(p, str)]
+    if failed:
+        listed = "\n".join(f"  {f}" for f in failed[:MAX_LISTED])
+        more = f"\n  ... and {len(failed) - MAX_LISTED} more" if len(failed) > MAX_LISTED else ""
+        raise TraceError(
+            f"{len(failed)} of {len(items)} team reference episodes did not succeed; fix or "
+            f"leave out these tasks:\n{listed}{more}"
+        )
+    return [p for p in played if isinstance(p, TeamTrace)]
+
+
+async def write_team_traces(
+    tasks: TaskSet | Sequence[AnyTask],
+    path: str | Path,
+    pool: SandboxPool,
+    team: TeamConfig,
+    agent: AgentConfig,
+    tokenizer: Any,
+    *,
+    reject_share: float = 0.5,
+    env_config: EnvConfig | None = None,
+) -> list[TeamTrace]:
+    """Play every task (see `team_traces`) and write every role's row as SFT JSONL to `path`;
+    nothing is written when one fails."""
+    traces = await team_traces(tasks, pool, team, agent, tokenizer, reject_share=reject_share,
+                               env_config=env_config)  # fmt: skip
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(target.name + ".tmp")
+    with staging.open("w") as f:
+        for trace in traces:
+            for row in trace.rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    staging.replace(target)
+    return traces
