@@ -54,7 +54,7 @@ lint: setup
 # The suite as this host resolves `auto`, then the dtype-sensitive tests as a host with the other
 # answer would (bf16 hardware or not): both paths are tested on every host.
 test: setup test-deps lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=25
 	other=$$($(PY) -c "from honing.precision import auto_dtype; \
 	  print('float32' if auto_dtype() == 'bfloat16' else 'bfloat16')") && \
 	  $(VENV)/bin/pytest -q -p no:cacheprovider -m 'dtype and not slow' --auto-dtype $$other

@@ -17,9 +17,10 @@ record (honing.trainer.precision).
 from __future__ import annotations
 
 import os
-from typing import Literal, cast, get_args
+from typing import TYPE_CHECKING, Literal, cast, get_args
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it is used: configs that name a dtype load fast
+    import torch
 
 from honing.errors import ConfigError
 
@@ -45,6 +46,8 @@ def forced() -> Concrete | None:
 def native_bf16(device: torch.device | str = "cpu") -> bool:
     """Whether `device` computes bfloat16 natively (on other CPUs torch emulates it, several
     times slower than float32)."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
@@ -61,6 +64,8 @@ def auto_dtype(device: torch.device | str = "cpu") -> Concrete:
     value = forced()
     if value is not None:
         return value
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         return "bfloat16" if native_bf16(device) else "float16"

@@ -49,7 +49,8 @@ def test_one_step_each_prints_the_ratio_last(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     pytest.importorskip("trl", reason="trl is not installed: pip install -e '.[bench]'")
-    argv = ["--model", str(tiny_model_dir), "--steps", "1", "--warmup", "0", "--seed", "1"]
+    argv = ["--model", str(tiny_model_dir), "--steps", "1", "--warmup", "0", "--seed", "1",
+            "--max-new-tokens", "8"]  # fmt: skip
     bench.main([*argv, "--lora"] if lora else argv)
     lines = capsys.readouterr().out.strip().splitlines()
     match = LAST_LINE.fullmatch(lines[-1])

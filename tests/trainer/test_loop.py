@@ -73,9 +73,12 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-# gae is slow: the critic's exact resume is test_checkpoint's [full-gae] and [lora-gae], the
-# SIGKILL-and-resume path the grpo case here.
-@pytest.mark.parametrize("advantage", ["grpo", pytest.param("gae", marks=pytest.mark.slow)])
+# Slow, both: the SIGKILL-and-resume path (same weights, store and logs) is covered by
+# test_a_real_model_sigkilled_resumes_to_the_same_weights_and_samples below, which also resumes
+# the hf engine's sampling and the warm start; the critic's exact resume by test_checkpoint's
+# [full-gae] and [lora-gae].
+@pytest.mark.slow
+@pytest.mark.parametrize("advantage", ["grpo", "gae"])
 def test_sigkilled_run_resumes_to_the_same_weights_bit_for_bit(
     tmp_path: Path, tiny_model_dir: Path, advantage: str
 ) -> None:
