@@ -70,24 +70,31 @@ def explore_temperature(
     caution: float,
     low: float,
     high: float,
+    well_formed_rate: float | None = None,
+    min_well_formed: float = 0.0,
 ) -> float:
     """One task's sampling temperature from its recent history.
 
     A task the policy rarely solves (solve rate below `rarely`) is sampled hotter, up to
     `base * (1 + boost)` for one never solved: more varied attempts where the current ones all
-    fail. A task whose episodes often take risky actions is sampled cooler, by the factor
-    `1 - caution * risk_rate`: risky attempts are where the policy should stay near what it
-    already does. The result is clipped to [low, high]; a task without history (None) keeps
-    `base` for that part. With boost = caution = 0 it is `base` (clipped).
+    fail. Only while at least `min_well_formed` of its recent episodes were well-formed (no
+    malformed action): a policy that fails because it has drifted into writing malformed actions
+    is not helped by sampling them more widely, so such a task keeps `base`. A task whose
+    episodes often take risky actions is sampled cooler, by the factor `1 - caution *
+    risk_rate`: risky attempts are where the policy should stay near what it already does. The
+    result is clipped to [low, high]; a task without history (None) keeps `base` for that part.
+    With boost = caution = 0 it is `base` (clipped).
     """
-    if base < 0 or not (0 <= rarely <= 1) or boost < 0 or not (0 <= caution <= 1) or low > high:
+    if (base < 0 or not (0 <= rarely <= 1) or boost < 0 or not (0 <= caution <= 1) or low > high
+            or not (0 <= min_well_formed <= 1)):  # fmt: skip
         raise ValueError(
             f"explore_temperature: base {base}, rarely {rarely}, boost {boost}, caution "
-            f"{caution}, low {low}, high {high}: need base, boost >= 0, rarely and caution in "
-            "[0, 1] and low <= high"
+            f"{caution}, low {low}, high {high}, min_well_formed {min_well_formed}: need base, "
+            "boost >= 0, rarely, caution and min_well_formed in [0, 1] and low <= high"
         )
     t = base
-    if solve_rate is not None and rarely > 0 and solve_rate < rarely:
+    sound = well_formed_rate is None or well_formed_rate >= min_well_formed
+    if solve_rate is not None and rarely > 0 and solve_rate < rarely and sound:
         t *= 1.0 + boost * (rarely - solve_rate) / rarely
     if risk_rate is not None:
         t *= 1.0 - caution * min(max(risk_rate, 0.0), 1.0)

@@ -221,6 +221,13 @@ class ExploreSettings(StrictModel):
         description="Temperature x (1 - caution x the task's risk rate): cooler where risk "
         "events cluster.",
     )
+    min_well_formed: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="A rarely solved task is sampled hotter only while at least this share of "
+        "its recent episodes were well-formed (0: always).",
+    )
     low: float = Field(0.3, ge=0, description="Lowest temperature a task gets.")
     high: float = Field(1.5, ge=0, description="Highest temperature a task gets.")
     window: int = Field(16, ge=1, description="Episodes of a task's history that count.")

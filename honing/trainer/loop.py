@@ -28,6 +28,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from honing.envs import registry
+from honing.envs.base import MALFORMING
 from honing.observe.events import EventLog, emit, truncate_events, use
 from honing.observe.metrics import (
     Signal,
@@ -92,8 +93,9 @@ class LoopState(BaseModel):
     forgetting: list[Forgetting] = Field(default_factory=list)
     elapsed_s: float = 0.0  # wall time of the run before this process
     risk_multiplier: float | None = None  # risk mode constrained: the Lagrange multiplier
-    # risk.explore: each task's recent training episodes, oldest first, as [solved, risky]
-    history: dict[str, list[tuple[bool, bool]]] = Field(default_factory=dict)
+    # risk.explore: each task's recent training episodes, oldest first, as (solved, risky,
+    # well-formed); checkpoints from before the third field hold pairs (read as well-formed).
+    history: dict[str, list[tuple[bool, ...]]] = Field(default_factory=dict)
 
 
 # -- the recipe --------------------------------------------------------------------------------
@@ -429,7 +431,7 @@ class Trainer:
             for t in trajectories:
                 if not t.infrastructure_failed:
                     past = self.state.history.setdefault(t.task_id, [])
-                    past.append((t.success, t.risk > 0))
+                    past.append((t.success, t.risk > 0, _well_formed(t)))
                     del past[: -risk.explore.window]
         return out
 
@@ -444,10 +446,12 @@ class Trainer:
             return base
         return explore_temperature(
             base,
-            sum(solved for solved, _ in past) / len(past),
-            sum(risky for _, risky in past) / len(past),
+            sum(e[0] for e in past) / len(past),
+            sum(e[1] for e in past) / len(past),
             rarely=explore.rarely, boost=explore.boost, caution=explore.caution,
             low=explore.low, high=explore.high,
+            well_formed_rate=sum(e[2] if len(e) > 2 else True for e in past) / len(past),
+            min_well_formed=explore.min_well_formed,
         )  # fmt: skip
 
     def _activity(self, text: str) -> None:
@@ -499,6 +503,12 @@ def _role_engines(config: TrainConfig, engine: Engine, model_path: str,
 def _engine_of(engine: Engine, role: str) -> Engine:
     """`role`'s engine: its own when the run has per-role engines, else the one engine."""
     return engine.for_role(role) if isinstance(engine, RoleEngines) else engine
+
+
+def _well_formed(trajectory: Trajectory) -> bool:
+    """No step of the episode failed as a malformed action or an unknown tool."""
+    malformed = {reason.value for reason in MALFORMING}
+    return not any(turn.failure in malformed for turn in trajectory.turns if turn.role == "tool")
 
 
 def _role_of(group: Group) -> str:

@@ -74,6 +74,23 @@ def test_explore_temperature() -> None:
         explore_temperature(1.0, 0.0, 0.0, **{**kw, "low": 2.0})
 
 
+def test_explore_temperature_heats_only_tasks_played_well_formed() -> None:
+    kw = {"rarely": 0.25, "boost": 0.5, "caution": 0.5, "low": 0.3, "high": 1.5}
+    guard = {**kw, "min_well_formed": 0.5}
+    # never solved, 3 of 4 episodes well-formed: heated as before, 1 * (1 + 0.5)
+    assert explore_temperature(1.0, 0.0, 0.0, well_formed_rate=0.75, **guard) == 1.5
+    assert explore_temperature(1.0, 0.0, 0.0, well_formed_rate=0.5, **guard) == 1.5  # at the bar
+    # never solved because it writes malformed actions (1 in 4 well-formed): no heat
+    assert explore_temperature(1.0, 0.0, 0.0, well_formed_rate=0.25, **guard) == 1.0
+    # the caution part still applies: risky half the time, 1 * (1 - 0.5 * 0.5)
+    assert explore_temperature(1.0, 0.0, 0.5, well_formed_rate=0.0, **guard) == pytest.approx(0.75)
+    # min_well_formed 0 (or no rate known): the old rule
+    assert explore_temperature(1.0, 0.0, 0.0, well_formed_rate=0.0, **kw) == 1.5
+    assert explore_temperature(1.0, 0.0, 0.0, well_formed_rate=None, **guard) == 1.5
+    with pytest.raises(ValueError, match="min_well_formed in"):
+        explore_temperature(1.0, 0.0, 0.0, **{**kw, "min_well_formed": 1.5})
+
+
 def test_token_logprobs_at_a_temperature_per_row() -> None:
     logits = torch.tensor([[[2.0, 0.0, 0.0]], [[2.0, 0.0, 0.0]]])
     ids = torch.tensor([[0], [0]])

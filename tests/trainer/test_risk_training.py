@@ -27,6 +27,7 @@ from honing.envs.base import (
     ToolCall,
     tool_schema,
 )
+from honing.records import Trajectory
 from honing.risk import RiskKind, Severity, event, register_kind
 from honing.rollout.engines.base import Prompt
 from honing.rollout.engines.scripted import ScriptedEngine
@@ -204,6 +205,11 @@ def test_the_constrained_mode_moves_its_multiplier_by_the_cost_over_budget(
     assert saved["risk_multiplier"] == pytest.approx(multiplier)  # a resumed run continues it
 
 
+def well_formed(trajectory: Trajectory) -> bool:
+    return not any(turn.failure in ("malformed_action", "unknown_tool")
+                   for turn in trajectory.turns if turn.role == "tool")  # fmt: skip
+
+
 def test_exploration_heats_unsolved_tasks_and_cools_risky_ones(
     dare: Domain, tmp_path: Path, tiny_model_dir: Path
 ) -> None:
@@ -222,7 +228,9 @@ def test_exploration_heats_unsolved_tasks_and_cools_risky_ones(
             past = [p for u in updates_played[:k] for p in u if p.task_id == t.task_id]
             solved = sum(p.success for p in past) / len(past)
             risky = sum(p.risk > 0 for p in past) / len(past)
-            hot = 1.0 + 0.5 * (0.25 - solved) / 0.25 if solved < 0.25 else 1.0
+            formed = sum(well_formed(p) for p in past) / len(past)
+            rare = solved < 0.25 and formed >= 0.5  # min_well_formed's default
+            hot = 1.0 + 0.5 * (0.25 - solved) / 0.25 if rare else 1.0
             assert t.temperature == pytest.approx(hot * (1 - 0.5 * risky))
             heated += solved == 0 and t.temperature > 1.0
             cooled += solved == 1 and risky > 0 and t.temperature < 1.0
