@@ -466,14 +466,9 @@ def export_run(
                 new_tokens=measure_tokens,
             )
         from honing.export.card import model_card
-        from honing.rollout.saved_agent import SavedAgent, save_agent
+        from honing.rollout.saved_agent import save_agent
 
-        agent = run.config.agent
-        save_agent(tmp, SavedAgent(
-            system_prompt=agent.system_prompt, max_turns=agent.max_turns,
-            max_new_tokens=agent.max_new_tokens, max_total_tokens=agent.max_total_tokens,
-            restate=agent.restate,
-        ))  # fmt: skip
+        save_agent(tmp, run.config.agent.saved())
         card = model_card(run, out, layout=layout, dtype=dtype_, comparison=comparison)
         (tmp / "README.md").write_text(card)
         _publish_tree(tmp)

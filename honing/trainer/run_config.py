@@ -38,6 +38,7 @@ from honing.config import (
 from honing.envs.base import EnvConfig
 from honing.observe.sinks import ObserveConfig
 from honing.rollout.engines import Dtype
+from honing.rollout.saved_agent import SavedAgent
 from honing.rollout.team import TeamConfig
 from honing.tasks.synthetic import Phrasings
 from honing.trainer.config import LearnerConfig, RiskSettings
@@ -113,6 +114,13 @@ class AgentSettings(StrictModel):
         "next steps); false: only what changed (errors, new next steps) after the first, for "
         "short episodes whose transcript already holds the rest (fewer tokens a turn).",
     )
+
+    def saved(self) -> SavedAgent:
+        """These settings as saved beside a model the run wrote (`honing_agent.json`), so that
+        `honing eval --policy model:DIR` and `honing serve DIR` play it as it was trained."""
+        return SavedAgent(system_prompt=self.system_prompt, max_turns=self.max_turns,
+                          max_new_tokens=self.max_new_tokens,
+                          max_total_tokens=self.max_total_tokens, restate=self.restate)  # fmt: skip
 
 
 class EngineSettings(StrictModel):

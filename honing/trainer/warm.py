@@ -9,8 +9,9 @@ environments (`honing.trainer.traces`), rendered exactly as the agent loop rende
 `honing.trainer.team_traces`);
 with `warm_start.data`, a chat JSONL file. The model is trained with the run's learner settings
 (LoRA or full) at the warm start's learning rate and saved merged (`honing.trainer.sft`); RL
-then starts from it with a fresh adapter and optimiser.
-`RUN/warm_start/done.json` marks it finished, so a resumed run reuses it.
+then starts from it with a fresh adapter and optimiser; the run's agent settings are saved beside
+it (`honing_agent.json`), so `honing eval --policy model:RUN/warm_start/model` plays it as the run
+does. `RUN/warm_start/done.json` marks it finished, so a resumed run reuses it.
 
 Not covered: warm starts that mix several data sources, or evaluation during SFT.
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from honing.errors import ConfigError
 from honing.rollout.models import load_tokenizer, resolve_model
+from honing.rollout.saved_agent import save_agent
 from honing.sandbox import SandboxPool
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.run_dir import DONE_FILE, WARM_DIR, RunDir
@@ -117,6 +119,7 @@ async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
         result.final_loss,
         result.seconds,
     )
+    save_agent(result.model_dir, config.agent.saved())  # evaluated as it was trained
     tmp = done.with_suffix(".tmp")
     tmp.write_text(json.dumps(result.to_json_dict(), indent=2))
     tmp.replace(done)

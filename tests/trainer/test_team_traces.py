@@ -17,6 +17,7 @@ from honing.rollout.chat import ChatFormat
 from honing.rollout.engines.base import Engine, SamplingParams
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
+from honing.rollout.saved_agent import SavedAgent, load_agent
 from honing.rollout.team import Conversation, RoleEngines, TeamConfig, run_team_episode
 from honing.sandbox import SandboxPool
 from honing.tasks.schema import CODE_SOLUTION
@@ -216,6 +217,9 @@ async def test_the_warm_start_of_a_team_run_trains_every_role(
     )
     model = await warm_start(config, tmp_path / "run")
     assert (model / "config.json").exists()
+    assert load_agent(model) == config.agent.saved()  # `honing eval` plays it as the run does
+    assert load_agent(model) == SavedAgent(system_prompt="", max_turns=3, max_new_tokens=96,
+                                           max_total_tokens=4096, restate=True)  # fmt: skip
     written = (tmp_path / "run" / "warm_start" / "traces.jsonl").read_text().splitlines()
     roles = sorted(json.loads(line)["id"].rsplit("/", 1)[1] for line in written)
     assert roles == ["analyst", "analyst", "executor", "executor", "validator", "validator"]
