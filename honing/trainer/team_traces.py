@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import difflib
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +46,7 @@ from honing.rollout.team import Conversation, Review, RoleEngines, TeamConfig, r
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask, TaskSet
 from honing.tasks.schema import CODE_SOLUTION
-from honing.trainer.traces import MAX_LISTED, TraceError, action_text
+from honing.trainer.traces import TraceError, action_text, raise_failed, write_rows
 
 CODE_BLOCK_OPEN = "```python\n"
 TRIES = 4  # wrong submissions tried per task before one the verifier rejects is found
@@ -316,14 +315,7 @@ async def team_traces(
                 return str(exc) if str(exc).startswith(task.id) else f"{task.id}: {exc}"
 
     played = await asyncio.gather(*(one(t) for t in items))
-    failed = [p for p in played if isinstance(p, str)]
-    if failed:
-        listed = "\n".join(f"  {f}" for f in failed[:MAX_LISTED])
-        more = f"\n  ... and {len(failed) - MAX_LISTED} more" if len(failed) > MAX_LISTED else ""
-        raise TraceError(
-            f"{len(failed)} of {len(items)} team reference episodes did not succeed; fix or "
-            f"leave out these tasks:\n{listed}{more}"
-        )
+    raise_failed([p for p in played if isinstance(p, str)], len(items), "team reference episodes")
     return [p for p in played if isinstance(p, TeamTrace)]
 
 
@@ -342,12 +334,5 @@ async def write_team_traces(
     nothing is written when one fails."""
     traces = await team_traces(tasks, pool, team, agent, tokenizer, reject_share=reject_share,
                                env_config=env_config)  # fmt: skip
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(target.name + ".tmp")
-    with staging.open("w") as f:
-        for trace in traces:
-            for row in trace.rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    staging.replace(target)
+    write_rows(path, (row for trace in traces for row in trace.rows))
     return traces

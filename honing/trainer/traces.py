@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,15 +192,30 @@ async def reference_traces(
         return trace
 
     played = await asyncio.gather(*(one(t) for t in items))
-    failed = [p for p in played if isinstance(p, str)]
+    raise_failed([p for p in played if isinstance(p, str)], len(items), "reference episodes")
+    return [p for p in played if isinstance(p, Trace)]
+
+
+def raise_failed(failed: Sequence[str], total: int, what: str) -> None:
+    """TraceError listing `failed` ("TASK: why" each, the first MAX_LISTED) of `total`, if any."""
     if failed:
         listed = "\n".join(f"  {f}" for f in failed[:MAX_LISTED])
         more = f"\n  ... and {len(failed) - MAX_LISTED} more" if len(failed) > MAX_LISTED else ""
         raise TraceError(
-            f"{len(failed)} of {len(items)} reference episodes did not succeed; fix "
-            f"or leave out these tasks:\n{listed}{more}"
+            f"{len(failed)} of {total} {what} did not succeed; fix or leave out these "
+            f"tasks:\n{listed}{more}"
         )
-    return [p for p in played if isinstance(p, Trace)]
+
+
+def write_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """`rows` as JSONL at `path`, all or nothing (written beside it, then renamed)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_name(target.name + ".tmp")
+    with staging.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    staging.replace(target)
 
 
 async def write_traces(
@@ -225,11 +240,5 @@ async def write_traces(
         restate=restate,
         risky_share=risky_share,
     )
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(target.name + ".tmp")
-    with staging.open("w") as f:
-        for trace in traces:
-            f.write(json.dumps(trace.to_json_dict(), ensure_ascii=False) + "\n")
-    staging.replace(target)
+    write_rows(path, (trace.to_json_dict() for trace in traces))
     return traces
