@@ -12,6 +12,7 @@
 
 `pool.enforcement` says how limits hold (docs/sandbox.md, "Enforcement"). Crashed cells are
 replaced without losing queued runs; sandbox failures are never program errors ("API").
+A pool's directory carries its pid; `sweep_stale_roots` removes those of dead processes at start.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 import signal
+import stat
 import tempfile
 import time
 import uuid
@@ -50,6 +53,56 @@ NO_ISOLATION_WARNING = (
     "and network. Use this for development only; set sandbox.isolation: bwrap for real runs."
 )
 _warned: set[str] = set()  # enforcement warnings already logged by this process
+LEGACY_ROOT_MAX_AGE_S = 24 * 3600  # a root named without a pid (older honing) is removed this old
+_MKDTEMP_SUFFIX = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")  # tempfile's name characters
+
+
+def sweep_stale_roots(parent: Path, prefix: str) -> int:
+    """Remove the pool directories in `parent` left by pools that were never closed (a process
+    killed by SIGKILL or the OOM killer); returns how many were removed.
+
+    `{prefix}{pid}-{random}` is removed when no process `pid` exists. `{prefix}{random}`, named
+    by honing before roots carried a pid, has no known owner: it is removed once its mtime is
+    `LEGACY_ROOT_MAX_AGE_S` (24 hours) old. Only directories owned by this uid are touched,
+    never through a symlink. Another process may sweep the same directory at once: what it
+    removed first is skipped.
+    """
+    if not Path("/proc/self").exists():
+        return 0  # without procfs (not Linux) no process can be told dead
+    removed = 0
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith(prefix)]
+    except OSError:
+        return 0
+    for entry in entries:
+        if not _is_stale_root(entry, entry.name[len(prefix) :]):
+            continue
+        with contextlib.suppress(OSError):
+            fs.wipe(Path(entry.path))
+            os.rmdir(entry.path)
+            removed += 1
+    if removed:
+        log.info("removed %d pool directories in %s left by dead processes", removed, parent)
+    return removed
+
+
+def _is_stale_root(entry: os.DirEntry[str], rest: str) -> bool:
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        return False
+    pid, dash, suffix = rest.partition("-")
+    if dash:
+        # A live pid keeps its root even when pid reuse gave it to another program: such a leak
+        # waits for a sweep after that process ends. Pids are this pid namespace's: pools in
+        # another namespace sharing the directory are not told apart.
+        if not (pid.isascii() and pid.isdigit() and suffix):
+            return False
+        return not os.path.exists(f"/proc/{pid}")
+    legacy = len(rest) == 8 and set(rest) <= _MKDTEMP_SUFFIX
+    return legacy and time.time() - st.st_mtime > LEGACY_ROOT_MAX_AGE_S
 
 
 class PoolState(Enum):
@@ -251,9 +304,11 @@ class SandboxPool:
             log.warning(NO_ISOLATION_WARNING)
         if cfg.root is not None:
             cfg.root.mkdir(parents=True, exist_ok=True)
-            self._root = Path(tempfile.mkdtemp(prefix="pool-", dir=cfg.root))
+            parent, prefix = cfg.root, "pool-"
         else:
-            self._root = Path(tempfile.mkdtemp(prefix="honing-sandbox-"))
+            parent, prefix = Path(tempfile.gettempdir()), "honing-sandbox-"
+        sweep_stale_roots(parent, prefix)
+        self._root = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
         self._owns_root = True
         self._cgroups = PoolCgroups() if cfg.isolation == "bwrap" else None
         self.state = PoolState.RUNNING
