@@ -4,6 +4,8 @@
     difference_interval(before, after)            95% interval of after - before on the same
                                                   episodes (paired: Newcombe 1998, method 10)
     difference_interval_counts(k1, n1, k2, n2)    the same for two independent samples (φ = 0)
+    paired_gain(before, after)                    after − before over the episodes (keys) judged
+                                                  on both sides, with the paired interval
 
 Paired: `before[i]` and `after[i]` are one held-out episode (a task and its sample index) judged
 at two points of a run. Newcombe's hybrid score interval combines the two Wilson intervals with
@@ -15,10 +17,12 @@ one task-level rate (each sample is its own pair), multiple-comparison adjustmen
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -86,3 +90,33 @@ def difference_interval(
     phi = corrected / math.sqrt(margins) if margins else 0.0
     p1, p2 = (both + lost) / n, (both + gained) / n
     return _combine(p1, wilson(both + lost, n, z), p2, wilson(both + gained, n, z), phi)
+
+
+@dataclass(frozen=True)
+class PairedGain:
+    """after − before over the episodes judged on both sides, with its paired 95% interval."""
+
+    n: int  # episodes judged on both sides (pairs)
+    before: float  # success rate over those pairs
+    after: float
+    interval: Interval
+
+    @property
+    def gain(self) -> float:
+        return self.after - self.before
+
+
+def paired_gain(before: Mapping[K, bool | None], after: Mapping[K, bool | None]) -> PairedGain:
+    """The paired gain of `after` over `before`, each an outcome per episode key (a task and its
+    sample); None marks an episode the infrastructure failed. Only keys judged on both sides
+    pair; with none, the rates are 0 and the interval is [-1, 1]."""
+    keys = [k for k in before if k in after and before[k] is not None and after[k] is not None]
+    x = [bool(before[k]) for k in keys]
+    y = [bool(after[k]) for k in keys]
+    n = len(keys)
+    return PairedGain(
+        n=n,
+        before=sum(x) / n if n else 0.0,
+        after=sum(y) / n if n else 0.0,
+        interval=difference_interval(x, y),
+    )

@@ -147,7 +147,13 @@ def _training(run: TrainedRun) -> str:
     rows = [("Base model", _base_name(run))]
     if cfg.warm_start is not None:
         ws = cfg.warm_start
-        data = f"reference tool-use traces of {_source(ws.traces)}" if ws.traces else f"`{ws.data}`"
+        if ws.traces is None:
+            data = f"`{ws.data}`"
+        elif cfg.team is not None:
+            roles = ", ".join(r.role for r in cfg.team.roles)
+            data = f"a scripted team's reference episodes ({roles}) of {_source(ws.traces)}"
+        else:
+            data = f"reference tool-use traces of {_source(ws.traces)}"
         rows.append(
             (
                 "Warm start",

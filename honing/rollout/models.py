@@ -51,6 +51,12 @@ def resolve_model(spec: str) -> Path:
     path = Path(spec).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
         return path
+    if path.is_dir() and (path / "adapter_config.json").is_file():
+        raise ConfigError(
+            f"model {spec!r}: {path} is a LoRA adapter (adapter_config.json), not a model "
+            "directory: export the run with `honing export RUN --merge-lora --out DIR` and give "
+            "DIR, or give the adapter's base model"
+        )
     if path.exists():
         raise ConfigError(
             f"model {spec!r}: {path} is not a transformers model directory (no config.json)"

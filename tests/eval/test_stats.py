@@ -6,7 +6,13 @@ import math
 
 import pytest
 
-from honing.eval.stats import Z95, difference_interval, difference_interval_counts, wilson
+from honing.eval.stats import (
+    Z95,
+    difference_interval,
+    difference_interval_counts,
+    paired_gain,
+    wilson,
+)
 
 
 def test_wilson_matches_the_published_intervals() -> None:
@@ -64,3 +70,19 @@ def test_edges_stay_inside_minus_one_and_one() -> None:
     assert (difference_interval([], []).low, difference_interval([], []).high) == (-1.0, 1.0)
     with pytest.raises(ValueError, match="must pair"):
         difference_interval([True], [])
+
+
+def test_paired_gain_pairs_by_key_and_leaves_infrastructure_failures_out() -> None:
+    # keys a..e: e failed for infrastructure reasons on the team side, f was only played alone
+    alone = {"a": True, "b": False, "c": False, "d": True, "e": True, "f": True}
+    team = {"d": True, "c": True, "b": True, "a": False, "e": None}
+    gain = paired_gain(alone, team)
+    assert gain.n == 4  # a, b, c, d
+    assert (gain.before, gain.after) == (0.5, 0.75)
+    assert gain.gain == pytest.approx(0.25)
+    # the same four pairs in the same order: a, b, c, d
+    expected = difference_interval([True, False, False, True], [False, True, True, True])
+    assert gain.interval == expected
+    empty = paired_gain({"a": None}, {"a": True})
+    assert (empty.n, empty.before, empty.after) == (0, 0.0, 0.0)
+    assert (empty.interval.low, empty.interval.high) == (-1.0, 1.0)

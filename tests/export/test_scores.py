@@ -3,6 +3,8 @@ judged episodes, with the infrastructure failures counted beside it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from honing.export.card import _cell
 from honing.export.quantize import Comparison, HeldoutScore, Measurement
 from honing.trainer.run_dir import EvalPoint
@@ -39,3 +41,19 @@ def test_the_cards_cells_count_the_infra_failures() -> None:
     assert _cell(point(3, 4, 1)) == "75% (3/4; infra failures 1)"
     assert _cell(point(0, 0, 2)) == "n/a (0/0; infra failures 2)"
     assert _cell(None) == "—"
+
+
+def test_the_cards_warm_start_row_says_a_team_played_the_traces(tmp_path: Path) -> None:
+    from honing.export.card import _training
+    from honing.export.model import TrainedRun
+    from honing.trainer.run_config import load_saved
+
+    def row(config_file: str) -> str:
+        config = load_saved(Path(__file__).parents[2] / "examples" / config_file)
+        run = TrainedRun(run_dir=tmp_path, config=config, checkpoint=tmp_path / "step-1", step=1,
+                         kind="lora", base=tmp_path, warm_started=True, evals=())  # fmt: skip
+        return next(line for line in _training(run).splitlines() if "Warm start" in line)
+
+    teamed = row("code_repair_team.yaml")
+    assert "a scripted team's reference episodes (analyst, executor, validator)" in teamed
+    assert "reference tool-use traces" in row("code_repair.yaml")

@@ -322,3 +322,24 @@ async def test_a_shared_prefix_counts_once_toward_a_prefill_batch(
     assert sizes == [8]
     for p, out in zip(batch, outs, strict=True):
         assert out.token_ids == hf_greedy(model, p, GREEDY.max_new_tokens)
+
+
+def test_a_model_spec_names_what_the_directory_is(tmp_path: Path) -> None:
+    """A LoRA adapter export is not a model: the error says how to get one; a directory without
+    config.json and a missing path are named too."""
+    from honing.errors import ConfigError
+    from honing.rollout.models import resolve_model
+
+    adapter = tmp_path / "export"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"is a LoRA adapter .*honing export RUN --merge-lora"):
+        resolve_model(str(adapter))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match=r"is not a transformers model directory"):
+        resolve_model(str(empty))
+    with pytest.raises(ConfigError, match=r"no such directory"):
+        resolve_model(str(tmp_path / "missing"))
+    (empty / "config.json").write_text("{}")
+    assert resolve_model(str(empty)) == empty
