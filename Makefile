@@ -30,9 +30,12 @@ endef
 system-deps:
 	$(call apt_install,bwrap,bubblewrap)
 
-# The tests open `honing report`'s HTML page in headless Chromium.
+# The tests open `honing report`'s HTML page in headless Chromium, and check
+# deploy/prometheus/*.yml with promtool (Debian's prometheus package; on a systemd host it also
+# enables a Prometheus service: `systemctl disable --now prometheus` if it is not wanted).
 test-deps:
 	$(call apt_install,chromium,chromium)
+	$(call apt_install,promtool,prometheus)
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

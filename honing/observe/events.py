@@ -16,16 +16,19 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import logging
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
 from honing.errors import EventLogError
+
+log = logging.getLogger(__name__)
 
 # The kinds of events and what each carries (besides t, kind and step).
 KINDS: dict[str, str] = {
@@ -45,6 +48,7 @@ KINDS: dict[str, str] = {
     "sandbox": "cells, busy_fraction, queued, runs",
     "checkpoint": "path, seconds",
     "warning": "message",
+    "alert": "name, state, severity, value, threshold, message",
     "run_end": "steps, elapsed_s, heldout_before, heldout_after, gains, line",
 }
 RESERVED = frozenset({"t", "kind", "step"})
@@ -60,14 +64,26 @@ class Event:
     data: dict[str, Any] = field(default_factory=dict)  # the kind's fields
 
 
+Listener = Callable[[Event], None]
+
+
 class EventLog:
-    """Appends events to a JSONL file; thread-safe, flushed per line. A context manager."""
+    """Appends events to a JSONL file; thread-safe, flushed per line. A context manager.
+    `listen(fn)`: `fn(event)` hears each event once it is written (the Prometheus exporter and
+    the in-process alerts of honing.observe.prometheus / .alerts)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
         self._lock = threading.Lock()
+        self._listeners: list[Listener] = []
+
+    def listen(self, listener: Listener) -> None:
+        """Call `listener(event)` after each event is written, in the emitting thread and
+        outside the log's lock (a listener may emit). A listener that raises is logged with
+        its traceback and the run goes on: monitoring never stops training."""
+        self._listeners.append(listener)
 
     def emit(self, kind: str, step: int | None = None, **fields: Any) -> None:
         """Write one event now. `fields` must be JSON-serialisable (NaN/inf become null)."""
@@ -83,6 +99,13 @@ class EventLog:
                 raise ValueError(f"{self.path}: the event log is closed")
             self._file.write(line)
             self._file.flush()
+        if self._listeners:
+            event = Event(t=record["t"], kind=kind, step=step, data=fields)
+            for listener in list(self._listeners):
+                try:
+                    listener(event)
+                except Exception:
+                    log.exception("the event listener %r failed on the %s event", listener, kind)
 
     def close(self) -> None:
         with self._lock:

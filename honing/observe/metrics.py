@@ -54,6 +54,18 @@ def failure_reason(trajectory: Trajectory) -> str | None:
     return trajectory.ending.value
 
 
+SANDBOX_ERROR = "sandbox_error"  # the FailureReason an environment gives a failed sandbox
+
+
+def sandbox_errors(trajectory: Trajectory) -> int:
+    """The episode's attempts that a sandbox failure ended: its retries whose cause is a
+    `sandbox_error`, and its last attempt when the infrastructure failed it for one (the
+    agent raises `InfraFailure("step", "sandbox_error: ...")`; the scheduler keeps the cause)."""
+    retried = sum(1 for r in trajectory.retries if r.cause.startswith(SANDBOX_ERROR))
+    last = trajectory.infrastructure_failed and f"{SANDBOX_ERROR}:" in trajectory.detail
+    return retried + int(last)
+
+
 def unaided(trajectory: Trajectory) -> bool:
     """Whether the episode called no tool but `answer` (an answer from memory, not worked out
     with the environment's tools)."""
@@ -345,6 +357,7 @@ def episode_fields(
         "failure": failure_reason(t),
         "detail": t.detail,
         "retries": [{"stage": r.stage, "cause": r.cause} for r in t.retries],
+        "sandbox_errors": sandbox_errors(t),
         "generation_s": t.generation_s,
         "env_s": t.env_s,
         "queue_s": t.queue_s,

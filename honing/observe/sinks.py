@@ -4,22 +4,27 @@
       tensorboard: true      # RUN_DIR/tensorboard (on by default)
       mlflow: false          # RUN_DIR/mlflow, an MLflow file store
       wandb: false           # RUN_DIR/wandb, a W&B offline run (`wandb sync` uploads it later)
+      prometheus: {enabled: false, host: 127.0.0.1, port: 0}   # /metrics while it trains
+      alerts: true           # the alert rules, evaluated in process (`alert` events)
 
     sinks = make_sinks(config.observe, run_dir, run_name="quickstart", params=config_json)
     for sink in sinks: sink.log(step, metrics.scalars, metrics.histograms)
     close_sinks(sinks)
+    with monitoring(config.observe, run_dir, event_log): ...   # alerts and /metrics, from events
 
 Every sink writes under the run directory and never touches the network; a missing package is
-a ConfigError saying what to install (resuming: docs/observability.md). Not covered: the event
-log (`honing.observe.events`), the metrics (`honing.observe.metrics`), online W&B (sync offline).
+a ConfigError saying what to install (resuming: docs/observability.md); only the Prometheus
+exporter listens on a socket (off by default). Not covered: the event log
+(`honing.observe.events`), the metrics (`honing.observe.metrics`), online W&B (sync offline).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +32,9 @@ from pydantic import Field
 
 from honing.config import StrictModel
 from honing.errors import ConfigError
+from honing.observe.alerts import AlertMonitor
+from honing.observe.events import EventLog
+from honing.observe.prometheus import MetricsServer, PrometheusConfig, TrainMetrics
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +51,15 @@ class ObserveConfig(StrictModel):
     )
     project: str = Field(
         "honing", min_length=1, description="The MLflow experiment and the W&B project."
+    )
+    prometheus: PrometheusConfig = Field(
+        default_factory=PrometheusConfig,
+        description="Prometheus metrics at http://HOST:PORT/metrics while the run trains.",
+    )
+    alerts: bool = Field(
+        True,
+        description="Evaluate the alert rules (honing.observe.alerts) after each update: an "
+        "`alert` event and a log line when one fires or clears.",
     )
 
 
@@ -279,3 +296,21 @@ def close_sinks(sinks: Sequence[MetricSink]) -> None:
             sink.close()
         except Exception as exc:
             log.warning("closing the %s metric sink failed: %s", type(sink).__name__, exc)
+
+
+@contextlib.contextmanager
+def monitoring(
+    config: ObserveConfig, run_dir: Path, events: EventLog
+) -> Iterator[MetricsServer | None]:
+    """Until the block exits: the Prometheus exporter (config.prometheus; yields its server, or
+    None when off) and the in-process alerts (config.alerts), both listening to `events`."""
+    metrics = TrainMetrics(run_dir) if config.prometheus.enabled else None
+    if metrics is not None:
+        events.listen(metrics.on_event)
+    if config.alerts:
+        events.listen(AlertMonitor(run_dir).on_event)
+    if metrics is None:
+        yield None
+        return
+    with MetricsServer(metrics.registry, config.prometheus) as server:
+        yield server

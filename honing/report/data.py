@@ -118,6 +118,18 @@ class RunInfo:
     risk: RiskPlan | None = None  # the config's risk: (None: not in it)
 
 
+@dataclass(frozen=True)
+class AlertPoint:
+    """An `alert` event: a rule of honing.observe.alerts began firing or cleared at `step`."""
+
+    step: int
+    name: str
+    state: str  # firing | resolved
+    severity: str
+    value: float | None
+    message: str
+
+
 @dataclass
 class RunData:
     """Everything the page shows, read from a run directory."""
@@ -132,6 +144,7 @@ class RunData:
     notes: list[str] = field(default_factory=list)  # what was not recorded, and why
     signal_warnings: list[str] = field(default_factory=list)  # "little learning signal" ones
     risk_recorded: bool = False  # the run detected risk (a run from before honing did not)
+    alerts: list[AlertPoint] = field(default_factory=list)  # its in-process alerts, in order
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -236,6 +249,18 @@ def load_run(run_dir: Path) -> RunData:
         notes,
         signal_warnings,
         risk_recorded,
+        [_alert(a) for a in by_kind["alert"]],
+    )
+
+
+def _alert(event: dict[str, Any]) -> AlertPoint:
+    return AlertPoint(
+        step=as_int(event.get("step")) or 0,
+        name=str(event.get("name", "")),
+        state=str(event.get("state", "")),
+        severity=str(event.get("severity", "")),
+        value=as_float(event.get("value")),
+        message=str(event.get("message", "")),
     )
 
 

@@ -1,7 +1,7 @@
 """The report page: the headline, one section per question (summary, reward and success, held-out
 evaluations, failures, risky actions, the team (only for a run played by teams), time, staleness,
-learner, tasks; the sample episodes come from honing.report.samples), the CSS,
-`render(data) -> str` and `build_report`.
+learner, alerts (only for a run that raised some), tasks; the sample episodes come from
+honing.report.samples), the CSS, `render(data) -> str` and `build_report`.
 
 Not covered: reading the run directory (honing.report.data), drawing the SVG charts
 (honing.report.charts).
@@ -1025,6 +1025,23 @@ def signal_section(data: RunData) -> str:
     )
 
 
+def alerts_section(data: RunData) -> str:
+    """The in-process alerts (honing.observe.alerts) as they fired and cleared; left out when
+    the run raised none."""
+    if not data.alerts:
+        return ""
+    rows = [[str(a.step), esc(a.name), esc(a.severity), esc(a.state),
+             "—" if a.value is None else num(a.value), esc(a.message)]
+            for a in data.alerts]  # fmt: skip
+    firing = {a.name for a in data.alerts if a.state == "firing"}
+    words = (
+        f"{len(firing)} alert rule(s) fired during the run ({', '.join(sorted(firing))}); "
+        "the rules and their thresholds are in docs/observability.md."
+    )
+    table = table_html(["step", "alert", "severity", "state", "value", "message"], rows, {0, 4})
+    return section_html("alerts", "Alerts", f'<p class="note">{esc(words)}</p>{table}')
+
+
 SLOW_COLUMNS = ["task", "domain", "episodes", "mean time", "generation", "environment", "success",
                 "infra failures"]  # fmt: skip
 
@@ -1202,6 +1219,7 @@ SECTIONS = (
     ("staleness", "Staleness"),
     ("learner", "Learner"),
     ("signal", "Learning signal"),
+    ("alerts", "Alerts"),
     ("tasks", "Tasks"),
     ("samples", "Episodes"),
 )
@@ -1230,6 +1248,7 @@ def render(data: RunData) -> str:
         staleness_section,
         learner_section,
         signal_section,
+        alerts_section,
         tasks_section,
         samples_section,
     )

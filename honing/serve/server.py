@@ -4,7 +4,8 @@
     async with running_server("exported/", port=0) as running:   # in process (tests)
         openai.OpenAI(base_url=running.base_url, api_key="x").chat.completions.create(...)
 
-Endpoints: `GET /v1/models`, `GET /health`, `POST /v1/chat/completions`, `POST /v1/completions`,
+Endpoints: `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus: requests, tokens,
+generation latency, requests in flight), `POST /v1/chat/completions`, `POST /v1/completions`,
 and the weight endpoints of vLLM that honing's `openai` engine calls (`POST /reload_weights`,
 `POST /v1/load_lora_adapter`). Every request calls `engine.generate` for its one prompt; the `hf`
 engine's continuous batching decodes the requests in flight together, and streams token by token.
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 
 from honing.envs.base import untrusted_json
 from honing.errors import ConfigError, EngineError, ServeError
+from honing.observe.prometheus import CONTENT_TYPE, ServeMetrics, render
 from honing.rollout.engines import make_engine
 from honing.rollout.engines.base import (
     Dtype,
@@ -97,14 +99,16 @@ class ModelServer:
         self.renderer = ChatRenderer(tokenizer)
         self.created = int(time.time())
         self.in_flight = 0  # requests inside engine.generate now
+        self.metrics = ServeMetrics()  # GET /metrics
         self.adapter: _Adapter | None = None
         self._base: dict[str, torch.Tensor] = {}  # base weights of modules an adapter touched
         self._weights = asyncio.Lock()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors], client_max_size=64 * 2**20)
+        app = web.Application(middlewares=[self._count, _errors], client_max_size=64 * 2**20)
         app.add_routes([
             web.get("/health", self.health),
+            web.get("/metrics", self.prometheus),
             web.get("/v1/models", self.models),
             web.post("/v1/chat/completions", self.chat),
             web.post("/v1/completions", self.completions),
@@ -124,6 +128,22 @@ class ModelServer:
         return web.json_response({"status": "ok", "model": self.name, "adapter": adapter,
                                   "version": self.engine.version,
                                   "in_flight": self.in_flight})  # fmt: skip
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        return web.Response(body=render(self.metrics.registry),
+                            headers={"Content-Type": CONTENT_TYPE})  # fmt: skip
+
+    @web.middleware
+    async def _count(
+        self, request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:  # fmt: skip
+        """Counts each answered request by route (its pattern: unknown paths are "other")."""
+        response = await handler(request)
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "other"
+        self.metrics.requests.labels(route, str(response.status)).inc()
+        return response
 
     async def models(self, request: web.Request) -> web.Response:
         max_len = getattr(self.engine, "max_len", None)
@@ -180,6 +200,8 @@ class ModelServer:
         """One completion; `listener(token, logprob, logits row)` hears each token as it is
         sampled (after the fact for engines without the streaming hook, with no row)."""
         self.in_flight += 1
+        self.metrics.in_flight.inc()
+        started = time.perf_counter()
         try:
             prompt = Prompt(token_ids=ids)
             if listener is not None and isinstance(self.engine, HFEngine):
@@ -187,15 +209,23 @@ class ModelServer:
                 [gen] = await self.engine.generate(
                     [prompt], sampling, on_token=lambda _, t, lp, row: hook(t, lp, row)
                 )
+                self._measure(ids, gen, started)
                 return gen
             [gen] = await self.engine.generate([prompt], sampling)
+            self._measure(ids, gen, started)
         finally:
             self.in_flight -= 1
+            self.metrics.in_flight.dec()
         if listener is not None:
             logprobs = gen.logprobs or [0.0] * len(gen.token_ids)
             for token, logprob in zip(gen.token_ids, logprobs, strict=False):
                 listener(token, logprob, None)
         return gen
+
+    def _measure(self, ids: list[int], gen: Generation, started: float) -> None:
+        self.metrics.latency.observe(time.perf_counter() - started)
+        self.metrics.prompt_tokens.inc(len(ids))
+        self.metrics.completion_tokens.inc(len(gen.token_ids))
 
     @staticmethod
     def _token(token: int, logprob: float, row: torch.Tensor | None, k: int,

@@ -42,7 +42,7 @@ from honing.observe.metrics import (
     update_metrics,
 )
 from honing.observe.progress import RunProgress
-from honing.observe.sinks import MetricSink, close_sinks, make_sinks
+from honing.observe.sinks import MetricSink, close_sinks, make_sinks, monitoring
 from honing.records import Group, Trajectory, by_role
 from honing.rl.risk import explore_temperature, lagrange_step
 from honing.rollout.agent import Gate, run_episode
@@ -190,8 +190,9 @@ def _open_logs(
     precision: RunPrecision,
     progress: RunProgress | None,
 ) -> list[MetricSink]:
-    """The event log, the metric sinks and the live display, started where the run continues
-    (its checkpoint's step, or nothing) and closed by `stack`; `run_start` emitted."""
+    """The event log, the metric sinks, the alerts and Prometheus exporter that listen to the
+    log, and the live display, started where the run continues (its checkpoint's step, or
+    nothing) and closed by `stack`; `run_start` emitted."""
     truncate_events(run / EVENTS_FILE, checkpoint_step)
     params = config.model_dump(mode="json")
     resume_step = checkpoint_step if checkpoint_step is not None else (-1 if resume else None)
@@ -200,7 +201,9 @@ def _open_logs(
     stack.callback(close_sinks, sinks)
     if progress is not None:
         stack.callback(progress.stop)
-    stack.enter_context(use(stack.enter_context(EventLog(run / EVENTS_FILE))))
+    events = stack.enter_context(EventLog(run / EVENTS_FILE))
+    stack.enter_context(use(events))
+    stack.enter_context(monitoring(config.observe, run.path, events))  # alerts, /metrics
     at = checkpoint_step or 0
     emit("run_start", at, name=config.name, model=config.model, resumed=resume, config=params,
          precision=precision.model_dump())  # fmt: skip

@@ -101,13 +101,13 @@ def publish_update(
     sinks: Sequence[MetricSink],
     progress: RunProgress | None,
 ) -> None:
-    """One update's events (`update`: its record; `sandbox`), its metrics to the sinks, the
-    live line."""
+    """One update's events (`sandbox`; then `update`, its record, the last of the update's
+    events: the in-process alerts evaluate on it), its metrics to the sinks, the live line."""
     fields = record.to_json()
     del fields["step"], fields["time"]  # an event has its own
-    emit("update", record.step, **fields)
     emit("sandbox", record.step, cells=used.cells, busy_fraction=used.busy_fraction,
          queued=used.queued, runs=used.runs)  # fmt: skip
+    emit("update", record.step, **fields)
     log_to(sinks, record.step, metrics.scalars, metrics.histograms)
     if progress is not None:
         progress.step(

@@ -1,5 +1,5 @@
 """The event log: the line format, reading back (torn last line, corrupt middle line), truncation
-for a resume, the contextvar-current log, and concurrent writers."""
+for a resume, the contextvar-current log, listeners, and concurrent writers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from honing.errors import EventLogError
-from honing.observe.events import EventLog, current, emit, read_events, truncate_events, use
+from honing.observe.events import (
+    Event,
+    EventLog,
+    current,
+    emit,
+    read_events,
+    truncate_events,
+    use,
+)
 
 
 def test_each_event_is_one_json_line_in_the_spec_format(tmp_path: Path) -> None:
@@ -42,6 +50,29 @@ def test_unknown_kinds_and_reserved_fields_are_refused(tmp_path: Path) -> None:
             log.emit("phase", None, **fields)
     with pytest.raises(ValueError, match="closed"):
         log.emit("phase", name="x")
+
+
+def test_listeners_hear_each_written_event_may_emit_and_may_not_stop_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    heard: list[tuple[str, int | None, dict[str, object]]] = []
+
+    def echo(event: Event) -> None:
+        heard.append((event.kind, event.step, event.data))
+        if event.kind == "update":  # a listener may emit (the alerts do)
+            emit("alert", event.step, name="X", state="firing")
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("a monitoring bug")
+
+    path = tmp_path / "events.jsonl"
+    with EventLog(path) as log, use(log):
+        log.listen(broken)
+        log.listen(echo)
+        emit("update", 2, episodes=4)
+    assert heard == [("update", 2, {"episodes": 4}), ("alert", 2, {"name": "X", "state": "firing"})]
+    assert [e.kind for e in read_events(path)] == ["update", "alert"]
+    assert "a monitoring bug" in caplog.text and "failed on the update event" in caplog.text
 
 
 def test_a_torn_last_line_is_skipped_and_a_corrupt_middle_line_names_file_and_line(
