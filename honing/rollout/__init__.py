@@ -7,6 +7,7 @@
     slots           priority-aware slot semaphores
     scheduler       many episodes in flight: groups, priorities, retries, staleness
     elastic         worker pools (sandbox cells, Ray actors) that grow and shrink with the queue
+    simclock        an asyncio loop on a virtual clock (simulations: benchmarks/cluster_sim.py)
     offline         `honing rollout`: a task set through the scheduler into the store
     config          RolloutConfig: the settings behind `honing rollout`
     replay          a stored trajectory's actions through the current environment (re-scoring)
