@@ -39,6 +39,7 @@ from honing.config import SandboxConfig, default_home, validate_model
 from honing.envs.base import EnvConfig
 from honing.errors import ConfigError, HoningError, SandboxError
 from honing.eval import POLICIES, EvalReport, Tiers, check_domains, evaluate, make_policy
+from honing.eval.stats import PairedGain, paired_gain
 from honing.observe.progress import EpisodeProgress, RunProgress
 from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
 from honing.tasks import CodeTask, TaskSet, Verification, apply_quality_filter, load_tasks
@@ -484,17 +485,29 @@ def eval_command(
 
         assert agent is not None
         engine = _make_engine(cfg.policy, cfg.dtype)
+        outcomes: tuple[dict[Any, bool | None], ...] = ({}, {})  # alone, team: per episode
+
+        def heard(side: int) -> Callable[[Any], None]:
+            def hear(episode: Any) -> None:
+                key = (episode.task_id, episode.sample)
+                outcomes[side][key] = None if episode.infra_failed else episode.success
+                if on_episode is not None:
+                    on_episode(episode)
+
+            return hear
+
         try:
             player = EnginePlayer(engine, agent, name=cfg.policy)
             single = await evaluate(taskset, player, pool, k=cfg.k, config=env_config,
-                                    concurrency=cfg.concurrency, on_episode=on_episode)  # fmt: skip
+                                    concurrency=cfg.concurrency, on_episode=heard(0))  # fmt: skip
             if team_config is None:
                 return _Evaluated(single)
             roles = ", ".join(r.role for r in team_config.roles)
             teamed = TeamPlayer(engine, agent, team_config, name=f"{cfg.policy} · team ({roles})")
             report = await evaluate(taskset, teamed, pool, k=cfg.k, config=env_config,
-                                    concurrency=cfg.concurrency, on_episode=on_episode)  # fmt: skip
-            return _Evaluated(single, report, team_figures(teamed.trajectories))
+                                    concurrency=cfg.concurrency, on_episode=heard(1))  # fmt: skip
+            return _Evaluated(single, report, team_figures(teamed.trajectories),
+                              paired_gain(outcomes[0], outcomes[1]))  # fmt: skip
         finally:
             await engine.close()
 
@@ -527,12 +540,17 @@ def eval_command(
             roles = None if figures is None else dataclasses.asdict(figures)
             config = team_config.model_dump(mode="json")
             out["team"] = {**team_report.to_json_dict(), "config": config, "roles": roles}
+            if evaluated.versus is not None:
+                v = evaluated.versus
+                out["team"]["versus"] = {"pairs": v.n, "alone": v.before, "team": v.after,
+                                         "gain": v.gain, "ci95": [v.interval.low,
+                                                                  v.interval.high]}  # fmt: skip
         typer.echo(json.dumps(out))
     else:
         _print_eval(result)
         if team_report is not None:
             _print_eval(team_report)
-            _print_versus(result, team_report)
+            _print_versus(result, team_report, evaluated.versus)
             _print_roles(evaluated.figures)
     infra = result.end_to_end.infra_failed
     if team_report is not None:
@@ -628,10 +646,12 @@ class _Evaluated:
     single: EvalReport
     team: EvalReport | None = None
     figures: TeamFigures | None = None  # the team's roles (None: no judged team episode)
+    versus: PairedGain | None = None  # team − alone success on the episodes both judged
 
 
-def _print_versus(single: EvalReport, team: EvalReport) -> None:
-    """The overall figures of the model alone and as a team, side by side."""
+def _print_versus(single: EvalReport, team: EvalReport, versus: PairedGain | None) -> None:
+    """The overall figures of the model alone and as a team, side by side; `versus`: the
+    success gain over the episodes judged on both sides, with its paired 95% interval."""
     table = _eval_table("alone vs as a team (same tasks, same agent settings; infra failures: "
                         "left out of the rates)", ["alone", "team", "team − alone"],
                         first="overall")  # fmt: skip
@@ -642,6 +662,11 @@ def _print_versus(single: EvalReport, team: EvalReport) -> None:
         table.add_row(name, _rate(x), _rate(y), gap)
 
     rates("success", a.end_to_end.success_rate, b.end_to_end.success_rate)
+    if versus is not None and versus.n:
+        low, high = versus.interval.low, versus.interval.high
+        table.add_row(f"success, paired ({versus.n} episodes)", _rate(versus.before),
+                      _rate(versus.after), f"{100 * versus.gain:+.1f} pts "
+                      f"(95% CI {100 * low:+.0f}..{100 * high:+.0f})")  # fmt: skip
     for k in sorted(a.end_to_end.pass_at_k):
         rates(f"pass@{k}", a.end_to_end.pass_at_k.get(k), b.end_to_end.pass_at_k.get(k))
     table.add_row("passed / judged", f"{a.end_to_end.passed}/{a.end_to_end.total}",
@@ -1047,7 +1072,11 @@ def train_command(
         ),
     ] = None,
     resume: Annotated[
-        Path | None, typer.Option(help="Continue this run directory from its latest checkpoint.")
+        str | None,
+        typer.Option(
+            help="Continue this run directory from its latest checkpoint; or a run's remote URL "
+            "(s3://...): pulled into its out= (or the saved out) first."
+        ),
     ] = None,
     quiet: Quiet = False,
 ) -> None:
@@ -1056,7 +1085,8 @@ def train_command(
     held-out success before and after."""
     from honing.config import load_yaml_model
     from honing.trainer.loop import train
-    from honing.trainer.run_config import TrainConfig, load_saved
+    from honing.trainer.remote import is_url
+    from honing.trainer.run_config import TrainConfig, load_remote, load_saved
     from honing.trainer.run_dir import CONFIG_FILE
 
     _log_to_stderr()
@@ -1066,14 +1096,17 @@ def train_command(
         if resume is not None:
             if config is not None:  # `honing train --resume RUN k=v`: the first item is an override
                 items.insert(0, config)
-            path = resume / CONFIG_FILE
-            if not path.is_file():
-                raise ConfigError(f"{resume}: not a run directory (no {CONFIG_FILE}) to resume")
             if items:
-                err.print(f"resume: applying {items} over {path}", highlight=False)
-            cfg = load_saved(path, items)
-            if cfg.out != resume:
-                cfg = cfg.model_copy(update={"out": resume})
+                err.print(f"resume: applying {items} over {resume}'s config", highlight=False)
+            if is_url(resume):  # the run's mirror: pulled into its out= (train does it)
+                cfg = load_remote(resume, items)
+            else:
+                path = Path(resume) / CONFIG_FILE
+                if not path.is_file():
+                    raise ConfigError(f"{resume}: not a run directory (no {CONFIG_FILE}) to resume")
+                cfg = load_saved(path, items)
+                if cfg.out != Path(resume):
+                    cfg = cfg.model_copy(update={"out": Path(resume)})
         else:
             if config is None:
                 raise ConfigError("give a config file (honing train CONFIG.yaml), or --resume RUN")
@@ -1140,7 +1173,11 @@ def report_command(
 def export_command(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (honing train's out).")],
     out: Annotated[
-        Path, typer.Option(help="The directory to write (must not exist, or be empty).")
+        str,
+        typer.Option(
+            help="The directory to write (must not exist, or be empty), or an fsspec URL "
+            "(s3://bucket/exports/x: uploaded, committed last; must be empty)."
+        ),
     ],
     merge_lora: Annotated[
         bool,
@@ -1171,15 +1208,25 @@ def export_command(
     """A run's trained model as a Hugging Face directory (safetensors, tokenizer, chat template,
     generation config) that transformers, vLLM and SGLang load unchanged, with a model card
     holding the run's evaluation table. Serve it with `honing serve OUT`."""
-    from honing.export import export_run
+    from honing.export import export_run, export_run_to_url
+    from honing.trainer.remote import is_url
 
     _log_to_stderr()
     try:
-        result = export_run(run_dir, out, merge_lora=merge_lora, dtype=dtype, quantize=quantize,
-                            step=step, heldout_limit=heldout_limit)  # fmt: skip
+        if is_url(out):
+            result = export_run_to_url(run_dir, out, merge_lora=merge_lora, dtype=dtype,
+                                       quantize=quantize, step=step,
+                                       heldout_limit=heldout_limit)  # fmt: skip
+        else:
+            result = export_run(run_dir, Path(out), merge_lora=merge_lora, dtype=dtype,
+                                quantize=quantize, step=step,
+                                heldout_limit=heldout_limit)  # fmt: skip
     except HoningError as exc:
         raise _fail(str(exc)) from exc
     # The notes and the summary line were logged (stderr) by export_run.
+    if result.url is not None:
+        typer.echo(result.url)
+        return
     err.print(f"serve it: honing serve {result.out}", highlight=False)
     typer.echo(str(result.out))
 

@@ -12,6 +12,7 @@ HoningError                      base of every error honing raises on purpose
 ├── DeadlineExceeded             a rollout deadline (setup, step, scoring, episode) passed
 ├── StoreError                   a trajectory store is missing, corrupted, or was asked bad SQL
 ├── CheckpointError              a checkpoint is missing, incomplete, corrupt, or does not fit
+├── RemoteError                  a run's or an export's copy at a URL is unreachable or incomplete
 ├── ExportError                  a run cannot be exported as asked; the message says why
 ├── ServeError                   a model or adapter cannot be served as asked
 └── EventLogError                a run's event log has a corrupt line (the message names it)
@@ -83,6 +84,11 @@ class CheckpointError(HoningError):
 class EventLogError(HoningError):
     """A run's event log (`events.jsonl`) has a corrupt line before its last; the message names
     FILE:LINE."""
+
+
+class RemoteError(HoningError):
+    """A copy at an fsspec URL (a run's mirror, an export) cannot be read or written, or is not
+    a complete commit; the message names the URL and what to do."""
 
 
 class ExportError(HoningError):

@@ -2,6 +2,7 @@
 model card. The run is read through `honing.trainer.run_dir`.
 
     result = export_run(Path("runs/quickstart"), Path("exports/quickstart"), merge_lora=True)
+    result = export_run_to_url(Path("runs/quickstart"), "s3://bucket/exports/quickstart")
 
 Modules: `model` (the run's checkpoint as a model directory, LoRA merged or kept), `quantize`
 (int8 and its measured cost), `card` (the model card).
@@ -9,6 +10,6 @@ Modules: `model` (the run's checkpoint as a model directory, LoRA merged or kept
 Not covered: training (honing.trainer); serving the directory (honing.serve).
 """
 
-from honing.export.model import ExportResult, export_run
+from honing.export.model import ExportResult, export_run, export_run_to_url
 
-__all__ = ["ExportResult", "export_run"]
+__all__ = ["ExportResult", "export_run", "export_run_to_url"]

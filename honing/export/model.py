@@ -8,8 +8,9 @@ What a run trained is found from its directory: `config.yaml`, the checkpoint (t
 OUT is a **model** layout (a full fine-tune, or LoRA with `merge_lora=True`; always with
 `quantize`) or an **adapter** layout (a peft adapter plus its exact base in `OUT/base/`), with a
 model card; `quantize="int8"` goes through honing.export.quantize. Atomic (written in a hidden
-temporary directory renamed to OUT last), and an export never overwrites. docs/export.md has the
-layouts, the options and the errors.
+temporary directory renamed to OUT last), and an export never overwrites. `export_run_to_url`
+writes it to an fsspec URL instead (s3://...): exported locally, then uploaded, its commit record
+last (honing.trainer.remote). docs/export.md has the layouts, the options and the errors.
 
 Not covered: sharding beyond transformers' default shard size, GGUF, pushing to a hub, exporting
 a model that no run trained (a base model directory is already a transformers directory).
@@ -22,7 +23,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -92,6 +93,7 @@ class ExportResult:
     notes: tuple[str, ...] = ()  # e.g. --merge-lora on a full fine-tune
     comparison: Comparison | None = None  # when quantised: int8 against the unquantised model
     seconds: float = 0.0
+    url: str | None = None  # `export_run_to_url`: where it was published (`out` is gone then)
 
     @property
     def weight_bytes(self) -> int:
@@ -104,7 +106,7 @@ class ExportResult:
         weights = f"{self.quantize} weights, rest {self.dtype}" if self.quantize else self.dtype
         text = (
             f"exported step {self.step} of {self.run_dir} as a {what} ({weights}, "
-            f"{_mb(self.weight_bytes)}) to {self.out} in {self.seconds:.0f} s"
+            f"{_mb(self.weight_bytes)}) to {self.url or self.out} in {self.seconds:.0f} s"
         )
         if self.comparison is not None:
             text += "\n" + self.comparison.line()
@@ -502,12 +504,48 @@ def export_run(
     return result
 
 
+def export_run_to_url(
+    run_dir: Path,
+    url: str,
+    *,
+    merge_lora: bool = False,
+    dtype: str = "fp32",
+    quantize: str | None = None,
+    step: int | None = None,
+    heldout_limit: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> ExportResult:
+    """`export_run` into a local temporary directory, then published to `url` as one commit
+    (honing.trainer.remote.publish_dir: the files, then `_COMMIT.json`). The URL must be empty.
+    `storage_options`: the fsspec options (default: the run's `remote.storage_options`)."""
+    import tempfile
+
+    from honing.trainer.remote import Location, publish_dir
+
+    started = time.monotonic()
+    if storage_options is None:
+        remote = RunDir.existing(run_dir).config().remote if run_dir.is_dir() else None
+        storage_options = remote.storage_options if remote is not None else {}
+    if Location(url, storage_options).files():  # before the export's work
+        raise ExportError(f"--out {url} is not empty: an export never overwrites; give a new URL")
+    with tempfile.TemporaryDirectory(prefix="honing-export-") as tmp:
+        local = Path(tmp) / (url.rstrip("/").rsplit("/", 1)[-1] or "export")
+        result = export_run(run_dir, local, merge_lora=merge_lora, dtype=dtype,
+                            quantize=quantize, step=step,
+                            heldout_limit=heldout_limit)  # fmt: skip
+        published = publish_dir(local, url, storage_options)
+    result = replace(result, url=published, seconds=time.monotonic() - started)
+    log.info("export: %s", result.line())
+    return result
+
+
 __all__ = [
     "ExportDtype",
     "ExportResult",
     "ExportedFile",
     "TrainedRun",
     "export_run",
+    "export_run_to_url",
     "find_run",
     "load_trained",
 ]

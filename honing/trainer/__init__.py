@@ -3,6 +3,7 @@
     learner, config    Learner (.update, .logprobs, .weights, .save/.load), LearnerConfig
     batching, sync     groups -> TrainBatch of MicroBatch; sync_weights to the engine or servers
     checkpoint         save / latest / load checkpoints: atomic, exact resume
+    remote             a run directory mirrored to an fsspec URL (s3://), committed, pulled
     sft, traces, warm  SFT on chat JSONL, reference-action traces, the warm start of a run
     run_config, run_dir, sources   TrainConfig (the YAML), the run directory, task sources
     loop, heldout, result          train(): the closed loop, its held-out evaluation, its reports

@@ -12,7 +12,7 @@ Not covered: what the loop state means (the closed loop defines and validates it
 `LoadedCheckpoint.state`); random generators other than the global ones (a `torch.Generator`
 or a sampling seed the caller owns must go into the loop state), and those of other processes
 (Ray workers); sharded multi-process (FSDP) checkpoints; several writers to one run directory
-(one trainer process owns it); remote storage.
+(one trainer process owns it); a copy at a URL (honing.trainer.remote commits it there).
 """
 
 from __future__ import annotations

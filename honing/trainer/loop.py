@@ -317,6 +317,7 @@ class Trainer:
                                 self.state.forgetting, self.elapsed(), self.precision,
                                 self.match)  # fmt: skip
         finish_run(result, cfg.name)
+        self.rundir.push()  # config.remote: the finished run at its URL
         return result
 
     async def step(self, sched: Scheduler, writer: TrajectoryWriter) -> UpdateRecord:
@@ -402,6 +403,7 @@ class Trainer:
             await writer.add_group(group)
         await writer.flush()
         self.state.store_rows = writer.offset
+        self.rundir.push(store_only=True)  # config.remote: the shard just closed
         return groups, lags
 
     def risk_weight(self) -> float:
@@ -473,6 +475,7 @@ class Trainer:
                                roles=self.roles)  # fmt: skip
         seconds = time.perf_counter() - started
         emit("checkpoint", self.state.step, path=str(path), seconds=seconds)
+        self.rundir.push()  # config.remote: the logs, then the checkpoint, committed last
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -6,11 +6,12 @@
     heldout: {math: {tasks: synthetic-math, count: 32, seed: 2}}   # evaluated periodically
     phases: [{name: math, steps: 10, train: [math]}, ...]         # optional: a curriculum
     learner / agent / engine / eval / checkpoint / warm_start / sandbox / env / observe
+    remote: s3://bucket/runs/quickstart  # optional: mirror the run there (honing.trainer.remote)
 
 Covered: the sections, their defaults and validation (errors name the key and what is allowed),
 the cross-checks between them, the settings one section takes from another (`env_config`,
-`learner_config`), and reading a run's saved config (`load_saved`). Not covered: running it
-(`honing.trainer.loop`); docs/training.md lists every key.
+`learner_config`), and reading a run's saved config (`load_saved`; at a URL, `load_remote`).
+Not covered: running it (`honing.trainer.loop`); docs/training.md lists every key.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pydantic import (
     FieldSerializationInfo,
     SerializerFunctionWrapHandler,
     field_serializer,
+    field_validator,
     model_validator,
 )
 
@@ -42,6 +44,7 @@ from honing.rollout.saved_agent import SavedAgent
 from honing.rollout.team import TeamConfig
 from honing.tasks.synthetic import Phrasings
 from honing.trainer.config import LearnerConfig, RiskSettings
+from honing.trainer.remote import RemoteSettings
 
 if TYPE_CHECKING:
     from honing.rollout.agent import AgentConfig
@@ -220,7 +223,13 @@ class TrainConfig(StrictModel):
 
     name: str = Field("train", description="Names the run in its last line (e.g. quickstart).")
     model: str = Field("default", description="The starting policy: directory or built-in name.")
-    out: Path = Field(description="The run directory.")
+    out: Path = Field(description="The run directory (local; `remote` mirrors it to a URL).")
+    remote: RemoteSettings | None = Field(
+        None,
+        description="Mirror the run directory to an fsspec URL (checkpoints committed atomically, "
+        "the store, the logs) and resume from it: `remote: s3://bucket/runs/x` or {url, "
+        "storage_options}. None: the run directory only.",
+    )
     seed: int = Field(0, description="Seeds task order, sampling and initialisation.")
     deterministic: bool = Field(
         False,
@@ -260,6 +269,21 @@ class TrainConfig(StrictModel):
         description="Metric sinks (TensorBoard on by default; MLflow, W&B offline); the event "
         "log RUN_DIR/events.jsonl is always written.",
     )
+
+    @field_validator("out", mode="before")
+    @classmethod
+    def _local_out(cls, value: Any) -> Any:
+        if isinstance(value, str) and "://" in value:
+            raise ValueError(
+                f"{value!r}: out is the local run directory; to keep the run at a URL, give "
+                f"out=LOCAL_DIR and remote={value}"
+            )
+        return value
+
+    @field_validator("remote", mode="before")
+    @classmethod
+    def _remote_url(cls, value: Any) -> Any:
+        return {"url": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -389,3 +413,30 @@ def load_saved(path: Path, overrides: Sequence[str] | None = None) -> TrainConfi
             section.pop(key, None)
     merge(data, parse_overrides(overrides or []))
     return validate_model(TrainConfig, data, source=str(path))
+
+
+def load_remote(url: str, overrides: Sequence[str] | None = None) -> TrainConfig:
+    """The saved config of the run mirrored at `url` (URL/config.yaml), with `overrides` over it
+    and `remote.url` set to `url`. The URL is opened with the overrides' `remote.storage_options`
+    when given (else the environment's settings: AWS_ENDPOINT_URL, credentials)."""
+    import tempfile
+
+    from honing.errors import ConfigError
+    from honing.trainer.remote import RUN_CONFIG, Location
+
+    items = list(overrides or [])
+    parsed = parse_overrides(items)
+    remote = parsed.get("remote")
+    options = remote.get("storage_options") if isinstance(remote, dict) else None
+    location = Location(url, options if isinstance(options, dict) else None)
+    data = location.read_bytes(RUN_CONFIG)
+    if data is None:
+        raise ConfigError(
+            f"{location.url_of(RUN_CONFIG)}: not found: no run to resume at {url} (start one "
+            "with remote: URL in its config)"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / RUN_CONFIG
+        path.write_bytes(data)
+        config = load_saved(path, [*items, f"remote.url={url}"])
+    return config

@@ -5,6 +5,7 @@ their one serialiser, and what is done to the directory as a whole. Importing it
     run = RunDir.existing(path)            # a finished or running run, for export/report/serve
     run.config(); run.updates(); run.evals(); run.warm_model(); run.latest_checkpoint()
     run.append_update(record); run.append_eval(point); run.rewind(step, store_rows, evals)
+    run.push()                             # to config.remote's URL, when set (trainer.remote)
 
 Layout: config.yaml (the resolved TrainConfig), metrics.jsonl (an UpdateRecord per update),
 evals.jsonl (an EvalPoint per held-out evaluation), events.jsonl (honing.observe.events),
@@ -31,6 +32,7 @@ from honing.errors import ConfigError
 
 if TYPE_CHECKING:
     from honing.tasks.load import TaskSet
+    from honing.trainer.remote import RunMirror
     from honing.trainer.run_config import TrainConfig
 
 CONFIG_FILE = "config.yaml"
@@ -268,14 +270,23 @@ class RunDir:
     """A run directory (see the module docstring for its layout)."""
 
     path: Path
+    remote: RunMirror | None = field(default=None, compare=False, repr=False)  # config.remote
 
     @staticmethod
     def prepare(config: TrainConfig, resume: bool) -> RunDir:
         """`config.out` made ready: a fresh run writes its config.yaml there (refused when a run
-        is already there); a resumed one must have one."""
-        run = RunDir(config.out)
+        is already there, or at `config.remote`'s URL); a resumed one must have one. With a
+        `remote`, a resume into a directory that holds no run pulls it from the URL first."""
+        mirror = None
+        if config.remote is not None:
+            from honing.trainer.remote import RunMirror
+
+            mirror = RunMirror.open(config.remote)
+        run = RunDir(config.out, mirror)
         saved = run.path / CONFIG_FILE
         if resume:
+            if mirror is not None:
+                mirror.resume_into(run.path)
             if not saved.is_file():
                 raise ConfigError(
                     f"{run.path}: nothing to resume (no {CONFIG_FILE}); start a run with "
@@ -286,6 +297,11 @@ class RunDir:
             raise ConfigError(
                 f"{run.path} already holds a run: continue it with `honing train --resume "
                 f"{run.path}`, or choose another out=DIR"
+            )
+        if mirror is not None and mirror.holds_run():
+            raise ConfigError(
+                f"{mirror.url} already holds a run: continue it with `honing train --resume "
+                f"{mirror.url} out={run.path}`, or choose another remote.url"
             )
         run.path.mkdir(parents=True, exist_ok=True)
         tmp = saved.with_suffix(".tmp")
@@ -342,7 +358,15 @@ class RunDir:
         if path.exists():
             lines = [line for line in path.read_text().splitlines() if _eval_key(line) in kept]
             path.write_text("".join(f"{line}\n" for line in lines))
+        self.push()  # the URL rewound too: nothing of the abandoned history stays there
         return dropped
+
+    def push(self, *, store_only: bool = False) -> None:
+        """Upload what changed to the run's remote URL (`config.remote`; nothing without one):
+        new checkpoints committed last (honing.trainer.remote). `store_only`: the trajectory
+        store's new shards only (after an update)."""
+        if self.remote is not None:
+            self.remote.push(self.path, store_only=store_only)
 
     def warm_model(self) -> Path | None:
         """The warm start's model directory (warm_start/model) once it finished (its done.json),

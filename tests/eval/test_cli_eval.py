@@ -141,8 +141,8 @@ def test_a_model_alone_and_as_a_team(
     assert table.count("end to end (infra failures") == 2  # alone, then as the team
     assert table.count("single step · trajectory") == 2
     assert "· team (analyst, executor, validator)" in " ".join(table.split())
-    for row in ("alone vs as a team", "success", "valid steps", "team roles", "validator",
-                "precision", "rounds to acceptance", "mean reward analyst",
+    for row in ("alone vs as a team", "success", "success, paired", "valid steps", "team roles",
+                "validator", "precision", "rounds to acceptance", "mean reward analyst",
                 "mean reward executor", "mean reward validator"):  # fmt: skip
         assert row in table, row
 
@@ -151,7 +151,12 @@ def test_a_model_alone_and_as_a_team(
     out = json.loads(result.stdout)
     assert set(out) == REPORT_KEYS | {"team"}
     teamed = out["team"]
-    assert set(teamed) == REPORT_KEYS | {"config", "roles"}
+    assert set(teamed) == REPORT_KEYS | {"config", "roles", "versus"}
+    versus = teamed["versus"]  # team − alone on the episodes judged on both sides
+    assert versus["pairs"] <= min(out["end_to_end"]["total"], teamed["end_to_end"]["total"])
+    assert versus["gain"] == pytest.approx(versus["team"] - versus["alone"])
+    low, high = versus["ci95"]
+    assert -1 <= low <= versus["gain"] <= high <= 1
     assert teamed["policy"] == f"model:{tiny_model_dir} · team (analyst, executor, validator)"
     assert teamed["config"]["max_rounds"] == 1
     # The same tasks, each played as often alone as by the team.
