@@ -20,7 +20,8 @@ The protocol (`TeamConfig`, docs/rollout.md "Teams"):
 Each role plays in its own context (its system prompt, the task, what the other roles told it)
 and is recorded token for token as a `Trajectory` with its `role`; the executor's trajectory
 carries the others in `partners` through the scheduler. Rewards: every role gets the team's
-reward (the executor's, from the environment) times `rewards.outcome`, plus its own named
+reward (the executor's, from the environment) times `rewards.outcome` (the validator's:
+`rewards.validator_outcome` when set), plus its own named
 component: the validator `verdict_correct` (the share of its verdicts that the verifier's
 verdict on the tried submission agrees with), the analyst `plan_followed` (the share of its plan's
 terms that the executor's turns used, `plan_followed`). Every role's `success` is the team's.
@@ -123,6 +124,19 @@ class TeamRewards(StrictModel):
     outcome: float = Field(1.0, description="Weight of the team's reward, for every role.")
     verdict: float = Field(0.5, description="Weight of the validator's verdict_correct.")
     plan: float = Field(0.2, description="Weight of the analyst's plan_followed.")
+    validator_outcome: float | None = Field(
+        None,
+        description="The validator's weight of the team's reward (None: `outcome`). 0 trains "
+        "the validator on its verdicts alone: a right fix sent back then costs it what a wrong "
+        "fix let through does, where the team's reward makes a rejection cheap (the executor "
+        "gets another round and may still succeed).",
+    )
+
+    def outcome_weight(self, kind: str) -> float:
+        """The weight of the team's reward in role `kind`'s reward."""
+        if kind == "validator" and self.validator_outcome is not None:
+            return self.validator_outcome
+        return self.outcome
 
 
 class TeamConfig(StrictModel):
@@ -582,7 +596,7 @@ class _Team:
             traj.success = success
             traj.ending, traj.failure, traj.detail = lead.ending, lead.failure, lead.detail
             traj.components["outcome"] = lead.components.get("outcome", 0.0)
-            traj.reward = rewards.outcome * team_reward
+            traj.reward = rewards.outcome_weight(kind) * team_reward
             if kind == "validator" and self.reviews:
                 correct = sum(r.correct for r in self.reviews) / len(self.reviews)
                 traj.components.update(_review_counts(self.reviews))

@@ -122,6 +122,30 @@ async def test_a_wrong_accept_costs_the_validator_its_verdict_reward(
 
 
 @ON_MODULE_LOOP
+async def test_validator_outcome_0_rewards_the_validator_for_its_verdicts_alone(
+    module_pool: SandboxPool, tok: Any, product: AnyTask
+) -> None:
+    """A right answer sent back, then sent again and accepted: with the team's reward the
+    validator still gets 1 + 0.5 x 1/2 (a rejection is cheap); with validator_outcome 0 it gets
+    only 0.5 x 1/2, and the other roles keep the team's reward."""
+    right = call("answer", value="29842")
+    script = {"executor": [right, right], "validator": ["REJECT: check it", "ACCEPT"]}
+    shared = roles(await play(product, module_pool, team_engine(tok, **script)))
+    alone = TEAM.model_copy(update={"rewards": TEAM.rewards.model_copy(
+        update={"validator_outcome": 0.0})})  # fmt: skip
+    own = roles(await play(product, module_pool, team_engine(tok, **script), team=alone))
+    for team in (shared, own):
+        assert team["executor"].success and team["validator"].components["verdict_correct"] == 0.5
+        assert team["executor"].reward == pytest.approx(1.0)
+    assert shared["validator"].reward == pytest.approx(1.0 + 0.5 * 0.5)
+    assert own["validator"].reward == pytest.approx(0.5 * 0.5)
+    assert own["analyst"].reward == pytest.approx(shared["analyst"].reward)
+    assert TEAM.rewards.outcome_weight("validator") == 1.0
+    assert alone.rewards.outcome_weight("validator") == 0.0
+    assert alone.rewards.outcome_weight("analyst") == 1.0
+
+
+@ON_MODULE_LOOP
 async def test_rejections_past_max_rounds_end_the_episode_unsubmitted(
     module_pool: SandboxPool, tok: Any, product: AnyTask
 ) -> None:
