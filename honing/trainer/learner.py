@@ -11,7 +11,8 @@
 
 The loss is decoupled PPO (docs/training.md, "The modules in detail": the loss, the warnings,
 process rewards, the critic). Not covered: several PPO epochs over one batch (so the value clip
-never binds), KL folded into the reward, FSDP; the sync itself is honing.trainer.sync.
+never binds), KL folded into the reward, sharding (honing.trainer.distributed subclasses
+this); the sync itself is honing.trainer.sync.
 """
 
 from __future__ import annotations
@@ -201,16 +202,22 @@ class Learner:
         self.reference: Any = None
         if config.kl_coef > 0 and config.lora is None:
             self.reference = copy.deepcopy(model).requires_grad_(False).eval()
-        self.parameters = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.parameters,
-            lr=config.lr,
-            betas=config.betas,
-            weight_decay=config.weight_decay,
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        # whether forward_logits may run a shared prefix in a pass of its own (a sharded learner
+        # turns it off: every rank must run the same number of passes)
+        self.prefix_pass = config.shared_prefix
+        self._new_optimizer()
         self.critic = self._new_critic() if config.advantage == "gae" else None
         self._zero_grad_updates = 0
+
+    def _new_optimizer(self) -> None:
+        """A fresh AdamW and LR schedule over the model's trainable parameters (again after the
+        parameters are replaced, as sharding does)."""
+        cfg = self.config
+        self.parameters = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.parameters, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
 
     # ---- public API ------------------------------------------------------------------------
 
@@ -299,7 +306,7 @@ class Learner:
             and keep is not None
             and len(keep) > 0
             and int(keep[0]) >= prefix_len
-            and self.config.shared_prefix
+            and self.prefix_pass
         )
         kwargs: dict[str, Any] = {}
         if keep is not None and _takes_logits_to_keep(model):
@@ -375,12 +382,25 @@ class Learner:
             sums.add("advantage_abs_mean", adv.abs().mean(), 1.0)
         self.model.train()
         try:
-            for mb, mask in zip(batch.micro_batches, masks, strict=True):
-                if mask.any():
-                    self._backward_micro(mb, mask, adv, count, sums, targets)
+            self._accumulate(batch.micro_batches, masks, adv, count, sums, targets)
         finally:
             self.model.eval()
         return sums, batch, stale
+
+    def _accumulate(
+        self,
+        micro: Sequence[MicroBatch],
+        masks: Sequence[Tensor],
+        adv: Tensor,
+        count: int,
+        sums: _Sums,
+        targets: _ValueTargets | None,
+    ) -> None:
+        """Backward every micro-batch that trains on something (a sharded learner runs its
+        share of them instead)."""
+        for mb, mask in zip(micro, masks, strict=True):
+            if mask.any():
+                self._backward_micro(mb, mask, adv, count, sums, targets)
 
     def _group_advantages(self, batch: TrainBatch) -> Tensor:
         """The group estimator's advantages: [N], or per token [N, W] with process rewards."""
@@ -748,7 +768,10 @@ class Learner:
         count: int,
         sums: _Sums,
         value_targets: _ValueTargets | None = None,
+        scale: float = 1.0,
     ) -> None:
+        """Backward `mb`'s loss times `scale` (0: a pass that only keeps a sharded learner's
+        ranks in step) and add its statistics to `sums`."""
         cfg = self.config
         keep = mask.any(0).nonzero().squeeze(-1)  # positions some row trains on
         capture: contextlib.AbstractContextManager[list[Tensor]] = (
@@ -797,6 +820,8 @@ class Learner:
         if value_targets is not None:
             critic_loss = self._critic_loss(mb, mask, keep, hidden[-1], value_targets, count, sums)
             total = loss + critic_loss
+        if scale != 1.0:
+            total = total * scale
         total.backward()  # type: ignore[no-untyped-call]
         with torch.no_grad():
             entropy = _spread(
