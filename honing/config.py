@@ -195,12 +195,14 @@ def validate_model(model: type[M], data: dict[str, object], source: str = "confi
 
 
 def _fields_at(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:
-    """The field names of the (nested) model section at `loc`, as far as it can be followed."""
+    """The keys (a field's alias where it has one) of the (nested) model section at `loc`, as far
+    as it can be followed."""
     current: type[BaseModel] = model
     for part in loc:
         if isinstance(part, int):
             continue
-        field = current.model_fields.get(part)
+        fields = {f.alias or name: f for name, f in current.model_fields.items()}
+        field = fields.get(part)
         if field is None:
             return []
         annotation = field.annotation
@@ -209,4 +211,4 @@ def _fields_at(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:
         if not nested:
             return []
         current = nested[0]
-    return list(current.model_fields)
+    return [f.alias or name for name, f in current.model_fields.items()]

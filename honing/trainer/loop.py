@@ -6,16 +6,20 @@ held-out evaluation, phases, forgetting checks and exact resume.
 
 One update draws `groups_per_step` tasks (`TaskMixer`), plays `n` episodes of each through the
 scheduler, stores the groups, trains on them and syncs the weights; generation and training
-alternate (on-policy). Held-out sets are evaluated before training, every `eval.every` updates,
-at each phase's end and at the end. The run directory is `honing.trainer.run_dir`'s; the
-events go to its event log (`honing.observe`). docs/training.md describes the loop, the run
-directory and resume (bit-exact with `deterministic: true`).
+alternate (on-policy). With `async: {max_staleness: K}` (K > 0) the next K updates' episodes
+play while the learner trains, across its weight sync (honing.trainer.overlap; exact resume is
+for K = 0 only: a resume replays the batches that were in flight). Held-out sets are evaluated
+before training, every `eval.every` updates, at each phase's end and at the end. The run
+directory is `honing.trainer.run_dir`'s; the events go to its event log (`honing.observe`).
+docs/training.md describes the loop, the run directory and resume (bit-exact with
+`deterministic: true`).
 
-Not covered: overlapping generation and training, multi-process learners.
+Not covered: multi-process learners; overlap with per-role team learners.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
@@ -54,7 +58,8 @@ from honing.store import TrajectoryWriter
 from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.checkpoint import load_checkpoint, save_checkpoint
 from honing.trainer.heldout import Forgetting, HeldOut
-from honing.trainer.learner import Learner, MatchReport
+from honing.trainer.learner import Learner, LearnerStats, MatchReport
+from honing.trainer.overlap import Ahead, Batch
 from honing.trainer.precision import RunPrecision, decide, startup_check
 from honing.trainer.result import (
     TrainResult,
@@ -266,6 +271,7 @@ class Trainer:
         self.match: MatchReport | None = None  # the start-up check, on the first batch
         self.checked_match = False
         self.signals: list[Signal] = []  # each update's learning signal, for the warning
+        self.ahead: Ahead | None = None  # async.max_staleness > 0: the batches in flight
 
     async def run(self) -> TrainResult:
         """The updates from `state.step` to the end, with their evaluations and checkpoints;
@@ -275,7 +281,11 @@ class Trainer:
 
         async def run_one(task: AnyTask, sample: int, gate: Gate) -> Trajectory:
             environment = registry.make_env(task.domain, self.pool, self.env_config)
-            agent = cfg.agent_config(self.temperature(task), cfg.seed + self.state.step)
+            # the update the episode is played for (ahead of the learner's with overlap)
+            step = self.state.step
+            if self.ahead is not None:
+                step = self.ahead.step_of(task, step)
+            agent = cfg.agent_config(self.temperature(task), cfg.seed + step)
             if cfg.team is not None:
                 return await run_team_episode(task, environment, self.engine, cfg.team, agent,
                                               gate=gate, sample=sample)  # fmt: skip
@@ -288,11 +298,17 @@ class Trainer:
             engine_slots=cfg.engine.slots,
             max_in_flight=max(cfg.n * cfg.groups_per_step, 1),
         )
+        if cfg.ahead:  # a safety net: the loop's K + 1 batches in flight already bound it
+            sched_config = sched_config.model_copy(update={"max_staleness": cfg.ahead})
         total = cfg.total_steps
         async with (
             TrajectoryWriter(self.rundir.path, flush_s=None) as writer,
             Scheduler(run_one, sched_config, version=lambda: self.engine.version) as sched,
+            contextlib.AsyncExitStack() as stack,
         ):
+            if cfg.ahead:
+                self.ahead = await stack.enter_async_context(Ahead(sched, cfg.ahead))
+                self.ahead.next_step = self.state.step
             while self.state.step < total:
                 index, phase = cfg.phase_at(self.state.step)
                 if self.state.step == sum(p.steps for p in cfg.schedule[:index]):
@@ -325,12 +341,18 @@ class Trainer:
         what happened recorded."""
         cfg, step = self.config, self.state.step
         _, phase = cfg.phase_at(step)
-        drawn = self.mixer.draw(step, phase.train, cfg.groups_per_step, self.state.cursors)
+        if self.ahead is None:
+            drawn = self.mixer.draw(step, phase.train, cfg.groups_per_step, self.state.cursors)
         usage = self.pool.usage()
         started = time.perf_counter()
+        if self.ahead is None:
+            self._activity("rollout")
+            played = await sched.run_all([task for _, task in drawn])
+        else:
+            drawn, played = await self._play_ahead(self.ahead)
         version = self.learner.version  # the policy the learner is at when it trains on them
         versions = {role: other.version for role, other in self.roles.items()}  # per-role ones
-        groups, lags = await self._roll_out(sched, writer, drawn, version, versions)
+        groups, lags = await self._store(writer, played, drawn, version, versions)
         rollout_s = time.perf_counter() - started
         trajectories = [t for g in groups for t in g.trajectories]
         if not self.checked_match:
@@ -341,11 +363,10 @@ class Trainer:
         signal = learning_signal(groups, weight)
         self.signals.append(signal)
         self._activity("update")
-        mine = [g for g in groups if _role_of(g) not in self.roles]
-        stats = self.learner.update(mine, risk_weight=weight)
-        role_stats = {role: other.update([g for g in groups if _role_of(g) == role],
-                                         risk_weight=weight)
-                      for role, other in self.roles.items()}  # fmt: skip
+        if self.ahead is None:
+            stats, role_stats = self._update(groups, weight)
+        else:  # in a thread: the event loop keeps playing the next updates' episodes
+            stats, role_stats = await asyncio.to_thread(self._update, groups, weight)
         risk = self._account_risk(trajectories, weight)
         self._activity("sync")
         sync = await sync_weights(self.learner, self.engine, staging=self.rundir / WEIGHTS_DIR)
@@ -374,19 +395,44 @@ class Trainer:
         warn_update(record, self.signals, stats)
         return record
 
-    async def _roll_out(
+    def _update(
+        self, groups: list[Group], weight: float
+    ) -> tuple[LearnerStats, dict[str, LearnerStats]]:
+        """The learner's update on its groups, and each role learner's on the role's."""
+        mine = [g for g in groups if _role_of(g) not in self.roles]
+        stats = self.learner.update(mine, risk_weight=weight)
+        role_stats = {role: other.update([g for g in groups if _role_of(g) == role],
+                                         risk_weight=weight)
+                      for role, other in self.roles.items()}  # fmt: skip
+        return stats, role_stats
+
+    async def _play_ahead(self, ahead: Ahead) -> tuple[list[tuple[str, AnyTask]], list[Group]]:
+        """This update's drawn tasks and played groups, with the batches of the next
+        `max_staleness` updates submitted first: they play while this one trains. Each is drawn
+        on the weights of the moment, so its tokens are at most K versions old when trained on."""
+        cfg = self.config
+        last = min(self.state.step + ahead.max_staleness, cfg.total_steps - 1)
+        while ahead.next_step <= last:
+            step = ahead.next_step
+            _, phase = cfg.phase_at(step)
+            before = dict(self.state.cursors)
+            drawn = self.mixer.draw(step, phase.train, cfg.groups_per_step, self.state.cursors)
+            await ahead.submit(Batch(step, drawn, before))
+        self._activity("rollout")
+        batch, played = await ahead.take(self.state.step)
+        return batch.drawn, played
+
+    async def _store(
         self,
-        sched: Scheduler,
         writer: TrajectoryWriter,
+        played: list[Group],
         drawn: list[tuple[str, AnyTask]],
         version: int,
         versions: dict[str, int],
     ) -> tuple[list[Group], list[int | None]]:
-        """The drawn tasks' groups, played, logged and stored; each trajectory's staleness. A
+        """The drawn tasks' played groups, logged and stored; each trajectory's staleness. A
         team's groups are split by role (`by_role`): each role's advantages are its own, and a
         role with a learner of its own (`versions`) is behind that learner, not the run's."""
-        self._activity("rollout")
-        played = await sched.run_all([task for _, task in drawn])
         groups: list[Group] = []
         lags: list[int | None] = []
         for played_group, (source, _) in zip(played, drawn, strict=True):
@@ -468,7 +514,10 @@ class Trainer:
 
     def checkpoint(self) -> None:
         started = time.perf_counter()
-        state = self.state.model_copy(update={"elapsed_s": self.elapsed()})
+        update: dict[str, object] = {"elapsed_s": self.elapsed()}
+        if self.ahead is not None:  # the batches in flight are drawn again by a resume
+            update["cursors"] = self.ahead.replay_cursors(self.state.cursors)
+        state = self.state.model_copy(update=update)
         keep = self.config.checkpoint.keep
         path = save_checkpoint(self.rundir.path, self.state.step, self.learner,
                                state.model_dump(mode="json"), keep=keep,

@@ -5,7 +5,7 @@
     train: {math: {tasks: synthetic-math, count: 256, seed: 1, weight: 1.0}}   # mixed by weight
     heldout: {math: {tasks: synthetic-math, count: 32, seed: 2}}   # evaluated periodically
     phases: [{name: math, steps: 10, train: [math]}, ...]         # optional: a curriculum
-    learner / agent / engine / eval / checkpoint / warm_start / sandbox / env / observe
+    learner / agent / engine / async / eval / checkpoint / warm_start / sandbox / env / observe
     remote: s3://bucket/runs/quickstart  # optional: mirror the run there (honing.trainer.remote)
 
 Covered: the sections, their defaults and validation (errors name the key and what is allowed),
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import (
+    ConfigDict,
     Field,
     FieldSerializationInfo,
     SerializerFunctionWrapHandler,
@@ -218,8 +219,30 @@ class WarmStart(StrictModel):
         return self
 
 
+class AsyncSettings(StrictModel):
+    """Overlapped generation and training (the YAML key `async`; honing.trainer.overlap)."""
+
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="Updates that generation may run ahead of the learner: the episodes of "
+        "updates u+1..u+K are played while update u trains (and may span its weight sync), so a "
+        "token is at most K policy versions old when trained on. 0: generation and training "
+        "alternate, exactly as without this section.",
+    )
+
+
 class TrainConfig(StrictModel):
     """The whole run of `honing train`."""
+
+    # `async` is a Python keyword: the field is `overlap`, its YAML key (and dump) `async`
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        serialize_by_alias=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
 
     name: str = Field("train", description="Names the run in its last line (e.g. quickstart).")
     model: str = Field("default", description="The starting policy: directory or built-in name.")
@@ -257,6 +280,12 @@ class TrainConfig(StrictModel):
         "honing.rollout.team); each role is trained on its own group. None: a single agent.",
     )
     engine: EngineSettings = EngineSettings()
+    overlap: AsyncSettings | None = Field(
+        None,
+        alias="async",
+        description="Overlap generation with training (`async: {max_staleness: K}`); None or "
+        "K = 0: generation and training alternate (on-policy).",
+    )
     eval: EvalSettings = EvalSettings()
     checkpoint: CheckpointSettings = CheckpointSettings()
     warm_start: WarmStart | None = None
@@ -328,6 +357,18 @@ class TrainConfig(StrictModel):
                     f"own; engine.url ({self.engine.url}) is one server: drop engine.url, or use "
                     "team.adapters: shared"
                 )
+        if self.ahead and self.deterministic:
+            raise ValueError(
+                f"async.max_staleness is {self.ahead} and deterministic is true: with overlap, "
+                "which weights sample each token depends on timing, so the run cannot be "
+                "bit-reproducible. Drop deterministic, or set async.max_staleness: 0"
+            )
+        if self.ahead and self.team is not None and self.team.adapters == "per_role":
+            raise ValueError(
+                "async.max_staleness > 0 overlaps the run's one learner with generation; "
+                "team.adapters: per_role (a learner per role) is not supported with it: use "
+                "team.adapters: shared, or async.max_staleness: 0"
+            )
         if "temperature" in self.learner.model_fields_set:
             raise ValueError(
                 f"learner.temperature is {self.learner.temperature}, but honing train takes it "
@@ -361,6 +402,11 @@ class TrainConfig(StrictModel):
         """`learner` as the Learner gets it: `temperature` is `agent.temperature`, the one the
         tokens were sampled at (0, greedy, is scored at 1, as the engine scores it)."""
         return self.learner.model_copy(update={"temperature": self.agent.temperature})
+
+    @property
+    def ahead(self) -> int:
+        """Updates generation runs ahead of the learner (`async.max_staleness`; 0: none)."""
+        return self.overlap.max_staleness if self.overlap is not None else 0
 
     @property
     def schedule(self) -> list[Phase]:
