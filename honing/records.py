@@ -7,6 +7,7 @@
     Retry        one retried attempt of an episode and its cause
     Group        the n trajectories of one task (what GRPO-style advantages are computed over)
     by_role      team groups split into one group per role
+    ROLE_CREDIT  the component a team role is trained on (its credit; `outcome` otherwise)
 
 Token-faithful: `token_ids[turn.start:turn.end]` is exactly what the engine produced for an
 assistant turn and exactly what was appended for an observation turn; nothing is re-tokenized.
@@ -23,6 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from honing.risk import RiskEvent
+
+# A team role's episode-level credit (honing.rollout.team): the team's outcome times the role's
+# weight plus its own named reward. The learner trains a role on it instead of `outcome`.
+ROLE_CREDIT = "role_credit"
 
 
 class Ending(enum.StrEnum):

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from honing.records import Ending, Group, Trajectory
+from honing.records import ROLE_CREDIT, Ending, Group, Trajectory
 
 
 @dataclass(frozen=True)
@@ -409,7 +409,8 @@ def learning_signal(groups: Sequence[Group], risk_weight: float = 0.0) -> Signal
     kept = [scored for g in groups if (scored := judged(g.trajectories))]
 
     def value(t: Trajectory) -> float:
-        return t.reward - risk_weight * t.risk if risk_weight else t.reward
+        reward = t.components.get(ROLE_CREDIT, t.reward)  # a team role: what it is trained on
+        return reward - risk_weight * t.risk if risk_weight else reward
 
     flat = [value(t) for g in kept for t in g]
     zero = [g for g in kept if len({value(t) for t in g}) == 1]

@@ -25,6 +25,8 @@ reward (the executor's, from the environment) times `rewards.outcome` (the valid
 component: the validator `verdict_correct` (the share of its verdicts that the verifier's
 verdict on the tried submission agrees with), the analyst `plan_followed` (the share of its plan's
 terms that the executor's turns used, `plan_followed`). Every role's `success` is the team's.
+The learner trains each role on its credit (`ROLE_CREDIT`): the team's outcome (not its process
+rewards) times the role's weight, plus the role's own weighted component.
 
 By default all roles share one engine (one policy, told apart by their prompts); with
 `adapters: per_role` a `RoleEngines` gives each role its own (docs/training.md, "Teams").
@@ -53,7 +55,7 @@ from honing.envs.base import (
     ToolResult,
 )
 from honing.errors import ConfigError
-from honing.records import Ending, Trajectory
+from honing.records import ROLE_CREDIT, Ending, Trajectory
 from honing.risk import event, risk_cost
 from honing.rollout.agent import (
     OPEN_GATE,
@@ -585,6 +587,8 @@ class _Team:
         rewards = self.team.rewards
         team_reward, success = lead.reward, lead.success
         lead.reward = rewards.outcome * team_reward
+        outcome = lead.components.get("outcome", 0.0)
+        lead.components[ROLE_CREDIT] = rewards.outcome_weight("executor") * outcome
         lead.components["team_rounds"] = float(len(self.reviews))  # validator reviews
         lead.components["team_accepted"] = float(
             bool(self.reviews) and self.reviews[-1].verdict is Verdict.ACCEPT
@@ -597,16 +601,19 @@ class _Team:
             traj.ending, traj.failure, traj.detail = lead.ending, lead.failure, lead.detail
             traj.components["outcome"] = lead.components.get("outcome", 0.0)
             traj.reward = rewards.outcome_weight(kind) * team_reward
+            own = 0.0  # the role's named reward, weighted
             if kind == "validator" and self.reviews:
                 correct = sum(r.correct for r in self.reviews) / len(self.reviews)
                 traj.components.update(_review_counts(self.reviews))
                 traj.components["verdict_correct"] = correct
-                traj.reward += rewards.verdict * correct
+                own = rewards.verdict * correct
             if kind == "analyst":
                 executed = "\n".join(t.text for t in lead.turns if t.role == "assistant")
                 followed = plan_followed(self.plan, executed)
                 traj.components["plan_followed"] = followed
-                traj.reward += rewards.plan * followed
+                own = rewards.plan * followed
+            traj.reward += own
+            traj.components[ROLE_CREDIT] = rewards.outcome_weight(kind) * outcome + own
             lead.partners.append(traj)
         return lead
 

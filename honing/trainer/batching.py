@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from honing.records import Ending, Group, Trajectory
+from honing.records import ROLE_CREDIT, Ending, Group, Trajectory
 from honing.rl.risk import shaped_rewards
 
 OUTCOME = "outcome"
@@ -82,9 +82,16 @@ def outcome_reward(trajectory: Trajectory) -> float:
         ) from None
 
 
+def episode_reward(trajectory: Trajectory) -> float:
+    """What the learner trains an episode on: a team role's credit (`ROLE_CREDIT`: the team's
+    outcome weighted for the role, plus its own named reward), else its outcome."""
+    credit = trajectory.components.get(ROLE_CREDIT)
+    return outcome_reward(trajectory) if credit is None else credit
+
+
 def training_rewards(trajectories: Sequence[Trajectory], risk_weight: float = 0.0) -> Tensor:
-    """[N] float32: each trajectory's outcome less `risk_weight` times its risk cost."""
-    outcomes = torch.tensor([outcome_reward(t) for t in trajectories], dtype=torch.float32)
+    """[N] float32: each trajectory's `episode_reward` less `risk_weight` times its risk cost."""
+    outcomes = torch.tensor([episode_reward(t) for t in trajectories], dtype=torch.float32)
     costs = torch.tensor([t.risk for t in trajectories], dtype=torch.float32)
     return shaped_rewards(outcomes, costs, risk_weight) if risk_weight else outcomes
 

@@ -14,7 +14,7 @@ from team_script import call, reject_then_accept, team_engine
 
 from honing.envs.base import EnvConfig
 from honing.envs.registry import make_env
-from honing.records import Ending, Group, Trajectory, by_role
+from honing.records import ROLE_CREDIT, Ending, Group, Trajectory, by_role
 from honing.rl.advantages import grpo_advantages
 from honing.rollout.agent import AgentConfig
 from honing.rollout.engines.base import SamplingParams
@@ -31,6 +31,7 @@ from honing.rollout.team import (
 )
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask, load_tasks
+from honing.trainer.batching import drop_zero_variance, training_rewards
 
 ON_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 AGENT = AgentConfig(sampling=SamplingParams(max_new_tokens=96), max_turns=4)
@@ -91,6 +92,10 @@ async def test_a_rejected_answer_is_rolled_back_and_the_accepted_one_scores(
     assert validator.components["accepted_good"] == 1.0
     assert validator.components["rejected_bad"] == 1.0
     assert validator.reward == pytest.approx(1.0 + 0.5)
+    # What the learner trains each role on: the team's outcome plus the role's own reward.
+    assert validator.components[ROLE_CREDIT] == pytest.approx(1.0 + 0.5)
+    assert lead.components[ROLE_CREDIT] == 1.0
+    assert team["analyst"].components[ROLE_CREDIT] == pytest.approx(1.0 + 0.2 * 0.5)
     assert lead.components["team_rounds"] == 2.0
     # The analyst's plan reached the executor's prompt; of its terms (multiply, calculator) the
     # executor used one.
@@ -139,6 +144,8 @@ async def test_validator_outcome_0_rewards_the_validator_for_its_verdicts_alone(
         assert team["executor"].reward == pytest.approx(1.0)
     assert shared["validator"].reward == pytest.approx(1.0 + 0.5 * 0.5)
     assert own["validator"].reward == pytest.approx(0.5 * 0.5)
+    assert shared["validator"].components[ROLE_CREDIT] == pytest.approx(1.0 + 0.5 * 0.5)
+    assert own["validator"].components[ROLE_CREDIT] == pytest.approx(0.5 * 0.5)
     assert own["analyst"].reward == pytest.approx(shared["analyst"].reward)
     assert TEAM.rewards.outcome_weight("validator") == 1.0
     assert alone.rewards.outcome_weight("validator") == 0.0
@@ -246,6 +253,32 @@ def test_plan_followed_is_the_share_of_plan_terms_used() -> None:
 
 def _traj(role: str, sample: int, reward: float) -> Trajectory:
     return Trajectory(task_id="t", domain="math", role=role, sample=sample, reward=reward)
+
+
+def test_the_learner_trains_each_role_on_its_credit_not_the_teams_outcome() -> None:
+    """Four team episodes, all failed (team outcome 0): the executor's group has no signal and
+    dynamic sampling drops it, but the validator's verdicts differ (right rejections 0.5, wrong
+    accepts 0), so its group is kept and its advantages follow its credit."""
+
+    def episode(sample: int, verdict_reward: float) -> Trajectory:
+        lead = _traj("executor", sample, 0.0)
+        lead.components = {"outcome": 0.0, ROLE_CREDIT: 0.0}
+        validator = _traj("validator", sample, verdict_reward)
+        validator.components = {"outcome": 0.0, ROLE_CREDIT: verdict_reward}
+        lead.partners = [validator]
+        lead.id = f"g/{sample}"
+        return lead
+
+    groups = by_role([Group("t", "g", [episode(i, r) for i, r in enumerate([0.5, 0, 0.5, 0])])])
+    kept, dropped = drop_zero_variance(groups)
+    assert dropped == 1 and [g.group_id for g in kept] == ["g:validator"]
+    rewards = training_rewards(kept[0].trajectories)
+    assert rewards.tolist() == [0.5, 0.0, 0.5, 0.0]
+    advantages = grpo_advantages(rewards[None])[0].tolist()
+    assert advantages[0] > 0 > advantages[1] and advantages[0] == advantages[2]
+    # A single agent's trajectory (no credit) is trained on its outcome, as before.
+    alone = Trajectory(task_id="t", domain="math", reward=0.7, components={"outcome": 1.0})
+    assert training_rewards([alone]).tolist() == [1.0]
 
 
 def test_by_role_gives_each_role_its_own_advantages() -> None:
