@@ -1078,6 +1078,14 @@ def train_command(
             "(s3://...): pulled into its out= (or the saved out) first."
         ),
     ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Play the training episodes on this Ray cluster: 'auto' (the one this machine "
+            "joined with `ray start`) or ray://HEAD:10001. The same as backend=ray "
+            "ray.address=ADDRESS; backend=ray alone starts a local Ray instance."
+        ),
+    ] = None,
     quiet: Quiet = False,
 ) -> None:
     """Post-train a model with RL: rollouts in the environments, rewards, updates, weight sync,
@@ -1091,6 +1099,8 @@ def train_command(
 
     _log_to_stderr()
     items = list(overrides or [])
+    if ray_address is not None:
+        items += ["backend=ray", f"ray.address={ray_address}"]
     cfg: TrainConfig | None = None
     try:
         if resume is not None:

@@ -41,6 +41,7 @@ KINDS: dict[str, str] = {
     "model_tokens, gen_s, step_s, tool_s, policy_version, staleness",
     "update": "phase, episodes, success_rate, reward_mean, infra_errors, rollout_s, update_s, "
     "sync_s, tokens_per_s, episodes_per_s, staleness, learner, signal, unaided_answers, risk",
+    "retry": "task_id, attempt, stage, cause",
     "sync": "seconds, mode",
     "eval": "phase, set, success, passed, total, infra_failed, seconds, well_formed, mean_steps, "
     "recovery, risk_rate, risky",

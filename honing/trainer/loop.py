@@ -25,8 +25,9 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -47,13 +48,14 @@ from honing.observe.metrics import (
 )
 from honing.observe.progress import RunProgress
 from honing.observe.sinks import MetricSink, close_sinks, make_sinks, monitoring
-from honing.records import Group, Trajectory, by_role
+from honing.records import Group, Retry, Trajectory, by_role
 from honing.rl.risk import explore_temperature, lagrange_step
-from honing.rollout.agent import Gate, run_episode
+from honing.rollout.agent import EnvLike, Gate, run_episode
 from honing.rollout.engines.base import Engine
-from honing.rollout.scheduler import Scheduler, SchedulerConfig
+from honing.rollout.scheduler import MetricsHooks, Scheduler, SchedulerConfig
 from honing.rollout.team import RoleEngines, run_team_episode
 from honing.sandbox import SandboxPool
+from honing.sandbox.pool import PoolUsage
 from honing.store import TrajectoryWriter
 from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.checkpoint import load_checkpoint, save_checkpoint
@@ -81,7 +83,10 @@ from honing.trainer.run_dir import (
     numeric_fields,
 )
 from honing.trainer.sources import TaskMixer, load_source
-from honing.trainer.sync import run_engine, serve_model, serves_from_files, sync_weights
+from honing.trainer.sync import open_engine, serve_model, serves_from_files, sync_weights
+
+if TYPE_CHECKING:
+    from honing.rollout.ray import RayEnvWorkers
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +130,12 @@ async def train(
 
     Precision is decided first (honing.trainer.precision): the run directory's config.yaml
     records the concrete dtypes, so a resumed run computes as the first part did."""
+    from honing.trainer import ranks
+
+    if ranks.launched() and not ranks.leading():  # torchrun: rank 0 runs this loop, others follow
+        return await ranks.run_ranks(config, lambda: train(
+            config, resume=resume, engine=engine, on_step=on_step, on_eval=on_eval,
+            progress=progress))  # fmt: skip
     started = time.monotonic()
     precision = decide(config)
     config = precision.apply(config)
@@ -142,9 +153,9 @@ async def train(
         sinks = _open_logs(stack, config, run, resume, at if checkpoint else None, precision,
                            progress)  # fmt: skip
         own_engine = engine is None
-        engine = engine or run_engine(config, config.model)
+        engine = engine or await open_engine(config, config.model)
         try:
-            async with SandboxPool(config.sandbox) as pool:
+            async with SandboxPool(config.sandbox) as pool, _remote_envs(config) as remote:
                 # how the sandbox's limits hold (a fallback also warned at the pool's start)
                 log.info("sandbox: %s", pool.enforcement.describe())
                 emit("sandbox_start", at, **pool.enforcement.to_json_dict())
@@ -163,10 +174,10 @@ async def train(
                         await heldout.evaluate(engine, WARM_START, state)
                 torch.manual_seed(config.seed)  # the adapter's initialisation
                 random.seed(config.seed)
-                learner = Learner(model_path, config.learner_config)
+                learner = ranks.make_learner(model_path, config.learner_config, config.seed)
                 roles = _role_learners(config, model_path)
                 if roles and own_engine:  # each role's adapter is served by an engine of its own
-                    engine = _role_engines(config, engine, model_path, roles)
+                    engine = await _role_engines(config, engine, model_path, roles)
                 if checkpoint is not None:
                     state = load_checkpoint(checkpoint, learner, roles).state(LoopState)
                     _rewind(run, state)
@@ -178,7 +189,8 @@ async def train(
                                            staging=run / WEIGHTS_DIR / role)  # fmt: skip
                 trainer = Trainer(config, run, engine, pool, learner, state, heldout, train_sets,
                                   started=started, precision=precision, sinks=sinks,
-                                  progress=progress, on_step=on_step, roles=roles)  # fmt: skip
+                                  progress=progress, on_step=on_step, roles=roles,
+                                  remote_envs=remote)  # fmt: skip
                 return await trainer.run()
         finally:
             if own_engine:
@@ -229,7 +241,7 @@ async def _warm_start(
         await serve_model(engine, model_path)
     elif own_engine:
         await engine.close()
-        engine = run_engine(config, model_path)
+        engine = await open_engine(config, model_path)
     return model_path, engine
 
 
@@ -256,8 +268,11 @@ class Trainer:
         progress: RunProgress | None = None,
         on_step: Callable[[UpdateRecord], None] | None = None,
         roles: dict[str, Learner] | None = None,
+        remote_envs: RayEnvWorkers | None = None,
     ) -> None:
         self.config, self.rundir = config, run
+        # backend ray: the training episodes' sandboxes are actors (held-out plays in `pool`)
+        self.remote_envs = remote_envs
         self.roles = roles or {}  # a team's other roles' learners (per-role adapters)
         self.engine, self.pool, self.learner, self.state = engine, pool, learner, state
         self.heldout, self.train_sets = heldout, train_sets
@@ -280,7 +295,11 @@ class Trainer:
         self.loop_started = time.monotonic()  # for the ETA: updates (and evals) only
 
         async def run_one(task: AnyTask, sample: int, gate: Gate) -> Trajectory:
-            environment = registry.make_env(task.domain, self.pool, self.env_config)
+            environment: EnvLike = (
+                self.remote_envs.env()
+                if self.remote_envs is not None
+                else registry.make_env(task.domain, self.pool, self.env_config)
+            )
             # the update the episode is played for (ahead of the learner's with overlap)
             step = self.state.step
             if self.ahead is not None:
@@ -303,7 +322,12 @@ class Trainer:
         total = cfg.total_steps
         async with (
             TrajectoryWriter(self.rundir.path, flush_s=None) as writer,
-            Scheduler(run_one, sched_config, version=lambda: self.engine.version) as sched,
+            Scheduler(
+                run_one,
+                sched_config,
+                version=lambda: self.engine.version,
+                hooks=_RetryEvents(self.state),
+            ) as sched,
             contextlib.AsyncExitStack() as stack,
         ):
             if cfg.ahead:
@@ -343,7 +367,7 @@ class Trainer:
         _, phase = cfg.phase_at(step)
         if self.ahead is None:
             drawn = self.mixer.draw(step, phase.train, cfg.groups_per_step, self.state.cursors)
-        usage = self.pool.usage()
+        usage = await self._sandbox_counters()
         started = time.perf_counter()
         if self.ahead is None:
             self._activity("rollout")
@@ -375,7 +399,7 @@ class Trainer:
                                staging=self.rundir / WEIGHTS_DIR / role)  # fmt: skip
         self.state.step += 1
         emit("sync", self.state.step, seconds=sync.seconds, mode=sync.mode)
-        used = self.pool.usage().since(usage)
+        used = await self._sandbox_used(usage)
         timings = Timings(rollout_s=rollout_s, update_s=stats.seconds, sync_s=sync.seconds)
         metrics = update_metrics(trajectories, learner_version=version, timings=timings,
                                  learner={k: getattr(stats, k) for k in stats.__dataclass_fields__},
@@ -394,6 +418,22 @@ class Trainer:
         publish_update(record, metrics, used, self.sinks, self.progress)
         warn_update(record, self.signals, stats)
         return record
+
+    async def _sandbox_counters(self) -> PoolUsage | dict[str, PoolUsage]:
+        """The training sandboxes' counters now: this process's pool's, or each sandbox
+        actor's (backend ray)."""
+        if self.remote_envs is None:
+            return self.pool.usage()
+        return await self.remote_envs.usage()
+
+    async def _sandbox_used(self, earlier: PoolUsage | dict[str, PoolUsage]) -> PoolUsage:
+        """The training sandboxes' use since `earlier` (`_sandbox_counters`)."""
+        if isinstance(earlier, PoolUsage):
+            return self.pool.usage().since(earlier)
+        from honing.rollout.ray.env import usage_since
+
+        assert self.remote_envs is not None
+        return usage_since(await self.remote_envs.usage(), earlier)
 
     def _update(
         self, groups: list[Group], weight: float
@@ -544,15 +584,42 @@ def _role_learners(config: TrainConfig, model_path: str) -> dict[str, Learner]:
     return roles
 
 
-def _role_engines(config: TrainConfig, engine: Engine, model_path: str,
-                  roles: dict[str, Learner]) -> RoleEngines:  # fmt: skip
+async def _role_engines(config: TrainConfig, engine: Engine, model_path: str,
+                        roles: dict[str, Learner]) -> RoleEngines:  # fmt: skip
     """The run's engine for the executor and one more per role in `roles`, on `model_path`."""
     assert config.team is not None
     executor = config.team.role("executor")
     assert executor is not None
     engines = {executor.role: engine}
-    engines.update({role: run_engine(config, model_path) for role in roles})
+    for role in roles:
+        engines[role] = await open_engine(config, model_path)
     return RoleEngines(engines, executor.role)
+
+
+@contextlib.asynccontextmanager
+async def _remote_envs(config: TrainConfig) -> AsyncIterator[RayEnvWorkers | None]:
+    """backend ray: the sandbox actors the training episodes play in (started, then closed);
+    None for backend local, where they play in this process's pool."""
+    if config.backend != "ray":
+        yield None
+        return
+    from honing.rollout.ray import RayEnvWorkers, connect
+
+    await asyncio.to_thread(connect, config.ray)
+    async with RayEnvWorkers(config.sandbox, config.ray.env, env=config.env_config) as envs:
+        yield envs
+
+
+class _RetryEvents(MetricsHooks):
+    """Each retry of a training episode (an infrastructure failure: an engine or sandbox worker
+    lost, a sandbox error, a stale attempt) as a `retry` event naming its task, stage and cause."""
+
+    def __init__(self, state: LoopState) -> None:
+        self.state = state
+
+    def on_retry(self, task_id: str, retry: Retry) -> None:
+        emit("retry", self.state.step + 1, task_id=task_id, attempt=retry.attempt,
+             stage=retry.stage, cause=retry.cause)  # fmt: skip
 
 
 def _engine_of(engine: Engine, role: str) -> Engine:

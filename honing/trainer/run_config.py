@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     ConfigDict,
@@ -41,6 +41,7 @@ from honing.config import (
 from honing.envs.base import EnvConfig
 from honing.observe.sinks import ObserveConfig
 from honing.rollout.engines import Dtype
+from honing.rollout.ray.config import RayConfig
 from honing.rollout.saved_agent import SavedAgent
 from honing.rollout.team import TeamConfig
 from honing.tasks.synthetic import Phrasings
@@ -298,6 +299,17 @@ class TrainConfig(StrictModel):
         description="Metric sinks (TensorBoard on by default; MLflow, W&B offline); the event "
         "log RUN_DIR/events.jsonl is always written.",
     )
+    backend: Literal["local", "ray"] = Field(
+        "local",
+        description="local: the engine and the sandboxes in this process. ray: the training "
+        "episodes' engines and sandboxes run as supervised Ray actors (`ray`), as in `honing "
+        "rollout --backend ray`; the learner, the store and held-out evaluation stay here.",
+    )
+    ray: RayConfig = Field(
+        default_factory=RayConfig,
+        description="backend ray: the cluster (address) and the engine and sandbox worker sets "
+        "(count, num_cpus, num_gpus, resources each).",
+    )
 
     @field_validator("out", mode="before")
     @classmethod
@@ -368,6 +380,17 @@ class TrainConfig(StrictModel):
                 "async.max_staleness > 0 overlaps the run's one learner with generation; "
                 "team.adapters: per_role (a learner per role) is not supported with it: use "
                 "team.adapters: shared, or async.max_staleness: 0"
+            )
+        if self.backend == "ray" and self.engine.url is not None:
+            raise ValueError(
+                f"backend: ray runs the engines as Ray actors, and engine.url "
+                f"({self.engine.url}) is a server of its own: drop engine.url, or use backend: "
+                "local (the sandboxes stay here then)"
+            )
+        if self.backend != "ray" and self.ray != RayConfig():
+            raise ValueError(
+                "the ray section is set but backend is local: set backend: ray (or pass "
+                "--ray-address), or drop the ray section"
             )
         if "temperature" in self.learner.model_fields_set:
             raise ValueError(

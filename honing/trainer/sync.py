@@ -6,6 +6,7 @@
     SyncReport                                            version, mode, path, tensors, bytes, time
     await serve_model(server, "runs/x/warm_start/model")  a server starts serving a model (v0)
     run_engine(config, model)                             a run's engine: its server, or hf
+    await open_engine(config, model)                      the same, or engine actors (backend ray)
 
 Covered: the three modes (`state_dict`, `files`, `adapter`), atomic staging and pruning, and the
 version sent (docs/training.md, "The modules in detail"). The learner must not step while a sync
@@ -253,6 +254,27 @@ def _prune(staging: Path, version: int, keep: int) -> None:
     )
     for _, entry in older[: max(0, len(older) - (keep - 1))]:
         shutil.rmtree(entry, ignore_errors=True)
+
+
+async def open_engine(config: TrainConfig, model: str) -> Engine:
+    """The run's engine over `model`, ready to generate: `run_engine`'s in this process, or with
+    `backend: ray` the same engine built in each of `ray.engine.count` supervised Ray actors
+    (honing.rollout.ray.RayEngine; weights reach them through Ray's object store). A model
+    directory is passed to the actors as an absolute path: on a cluster it must exist at that
+    path on every engine node (a shared filesystem), as must a warm start's model."""
+    if config.backend != "ray":
+        return run_engine(config, model)
+    import functools
+
+    from honing.rollout.ray import EngineSpec, RayEngine, connect
+
+    if Path(model).exists():
+        model = str(Path(model).resolve())
+    await asyncio.to_thread(connect, config.ray)
+    spec = EngineSpec.from_factory(functools.partial(run_engine, config, model), "hf")
+    engine = RayEngine(spec, config.ray.engine)
+    await engine.start()
+    return engine
 
 
 def run_engine(config: TrainConfig, model: str) -> Engine:

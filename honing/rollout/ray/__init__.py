@@ -10,15 +10,44 @@
 Layout: `config` (RayConfig, WorkerSetConfig, connect), `actors` (the supervised, elastic actor
 set both kinds share), `engine` (EngineSpec, EngineHost, RayEngine), `env` (EnvHost,
 RayEnvWorkers, RemoteEnv), `backend` (RayBackend: the lot, wired to the scheduler). Failure
-semantics and multi-node use: docs/scaling.md. Importing this package imports Ray (the `ray`
-extra); nothing else in honing does.
+semantics and multi-node use: docs/scaling.md. The settings (`config`) import without Ray, so a
+run config can hold them; every other name here imports Ray (the `ray` extra) when first used.
 """
 
-from honing.rollout.ray.actors import ActorSet, Worker, WorkerState
-from honing.rollout.ray.backend import RayBackend
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from honing.rollout.ray.config import RayConfig, WorkerSetConfig, connect
-from honing.rollout.ray.engine import EngineHost, EngineInfo, EngineSpec, RayEngine
-from honing.rollout.ray.env import EnvHost, RayEnvWorkers, RemoteEnv
+
+if TYPE_CHECKING:
+    from honing.rollout.ray.actors import ActorSet, Worker, WorkerState
+    from honing.rollout.ray.backend import RayBackend
+    from honing.rollout.ray.engine import EngineHost, EngineInfo, EngineSpec, RayEngine
+    from honing.rollout.ray.env import EnvHost, RayEnvWorkers, RemoteEnv
+
+_LAZY = {
+    "ActorSet": "actors",
+    "Worker": "actors",
+    "WorkerState": "actors",
+    "RayBackend": "backend",
+    "EngineHost": "engine",
+    "EngineInfo": "engine",
+    "EngineSpec": "engine",
+    "RayEngine": "engine",
+    "EnvHost": "env",
+    "RayEnvWorkers": "env",
+    "RemoteEnv": "env",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "ActorSet",

@@ -90,7 +90,10 @@ def connect(config: RayConfig) -> None:
     Blocks for seconds while a local instance starts: call it before the event loop runs, or
     through `asyncio.to_thread`.
     """
-    import ray
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError("backend ray needs Ray: pip install 'honing[ray]'") from exc
 
     if ray.is_initialized():
         return

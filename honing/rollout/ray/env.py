@@ -25,6 +25,7 @@ from honing.errors import HoningError, WorkerLost
 from honing.rollout.ray.actors import ActorSet, Worker
 from honing.rollout.ray.config import WorkerSetConfig
 from honing.sandbox import SandboxPool
+from honing.sandbox.pool import PoolUsage
 from honing.tasks.load import AnyTask
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,9 @@ class EnvHost:
 
     async def episodes(self) -> int:
         return len(self._envs)
+
+    async def usage(self) -> PoolUsage | None:
+        return self._pool.usage() if self._pool is not None else None
 
     async def watch(self) -> None:
         await self._forever.wait()  # never set: returns only by the actor's death
@@ -117,6 +121,19 @@ class RayEnvWorkers:
     def env(self) -> RemoteEnv:
         """A fresh environment for one episode (placed on an actor at `reset`)."""
         return RemoteEnv(self.workers)
+
+    async def usage(self) -> dict[str, PoolUsage]:
+        """Each serving actor's sandbox pool counters, by worker id; an actor that does not
+        answer (dying) is left out. `usage_since(later, earlier)` is the use between two."""
+
+        async def one(worker: Worker) -> tuple[str, PoolUsage | None]:
+            try:
+                return worker.id, await self.workers.call(worker, "usage")
+            except (WorkerLost, HoningError):
+                return worker.id, None
+
+        found = await asyncio.gather(*(one(w) for w in self.workers.ready_workers()))
+        return {worker: usage for worker, usage in found if usage is not None}
 
     # -- the ElasticWorkers protocol -------------------------------------------------------
     @property
@@ -185,3 +202,21 @@ class RemoteEnv:
         except WorkerLost as exc:
             self._lost = exc
             raise
+
+
+def usage_since(later: dict[str, PoolUsage], earlier: dict[str, PoolUsage]) -> PoolUsage:
+    """The sandbox actors' use between two `RayEnvWorkers.usage()` snapshots, as one pool's, over
+    the actors present in both (an actor started or lost in between is left out, so no work is
+    counted twice or as negative; with none in both, the cells of every actor now)."""
+    both = [(later[w], earlier[w]) for w in later if w in earlier]
+    deltas = [now.since(then) for now, then in both]
+    return PoolUsage(
+        cells=sum(now.cells for now, _ in both) if both else sum(u.cells for u in later.values()),
+        busy=sum(u.busy for u in later.values()),
+        runs=sum(d.runs for d in deltas),
+        busy_s=sum(d.busy_s for d in deltas),
+        wait_s=sum(d.wait_s for d in deltas),
+        at=max((u.at for u in later.values()), default=0.0),
+        interval_s=max((d.interval_s for d in deltas), default=0.0),
+        enforcement=next((u.enforcement for u in later.values()), None),
+    )
