@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -121,3 +123,17 @@ def test_the_ray_section_without_backend_ray_is_refused(tmp_path: Path) -> None:
     raw.update(backend="ray", engine={"url": "http://localhost:8000/v1"})
     with pytest.raises(ConfigError, match=r"engine\.url"):
         validate_model(TrainConfig, raw, source="test")
+
+
+def test_ray_address_on_the_command_line_is_backend_ray(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        f"out: {tmp_path / 'run'}\nsteps: 1\ntrain: {{m: {{tasks: synthetic-math}}}}\n"
+        "engine: {url: 'http://localhost:8000/v1'}\n"
+    )
+    honing = [sys.executable, "-m", "honing"]
+    done = subprocess.run([*honing, "train", str(config), "--ray-address", "auto"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode != 0
+    assert "backend: ray runs the engines as Ray actors" in done.stderr
+    assert not (tmp_path / "run").exists()  # refused before anything was written
