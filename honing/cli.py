@@ -1093,6 +1093,7 @@ def train_command(
     held-out success before and after."""
     from honing.config import load_yaml_model
     from honing.trainer.loop import train
+    from honing.trainer.ranks import follower
     from honing.trainer.remote import is_url
     from honing.trainer.run_config import TrainConfig, load_remote, load_saved
     from honing.trainer.run_dir import CONFIG_FILE
@@ -1121,7 +1122,7 @@ def train_command(
             if config is None:
                 raise ConfigError("give a config file (honing train CONFIG.yaml), or --resume RUN")
             cfg = load_yaml_model(Path(config), TrainConfig, items)
-        progress = RunProgress(err, quiet=quiet)
+        progress = RunProgress(err, quiet=quiet or follower())  # torchrun: rank 0 shows it
         result = asyncio.run(train(cfg, resume=resume is not None, progress=progress))
     except HoningError as exc:
         raise _fail(str(exc)) from exc
@@ -1129,6 +1130,8 @@ def train_command(
         where = "RUN_DIR" if cfg is None else cfg.out
         err.print(f"interrupted: continue with honing train --resume {where}", highlight=False)
         raise typer.Exit(130) from None
+    if follower():  # a sharded learner's other rank: rank 0 reports the run
+        return
     for event in result.forgetting:
         err.print(f"[yellow]forgetting[/]: {event.set} fell from {event.fell()} after phase "
                   f"{event.phase!r}", highlight=False)  # fmt: skip

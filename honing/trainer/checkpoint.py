@@ -11,8 +11,11 @@ then named by LATEST. A corrupt one raises CheckpointError naming the file (docs
 Not covered: what the loop state means (the closed loop defines and validates it; see
 `LoadedCheckpoint.state`); random generators other than the global ones (a `torch.Generator`
 or a sampling seed the caller owns must go into the loop state), and those of other processes
-(Ray workers); sharded multi-process (FSDP) checkpoints; several writers to one run directory
-(one trainer process owns it); a copy at a URL (honing.trainer.remote commits it there).
+(Ray workers; a sharded learner's other ranks: rank 0's generators drive the rollouts); several
+runs writing one run directory; a copy at a URL (honing.trainer.remote commits it there). A
+sharded learner (honing.trainer.distributed) writes `learner/` from every rank, into a run
+directory every rank sees; `load_checkpoint` reads either kind of `learner/` into either kind
+of learner.
 """
 
 from __future__ import annotations
@@ -167,7 +170,8 @@ def save_checkpoint(
     back as `LoadedCheckpoint.loop_state`. `roles`: a team's other learners (per-role adapters),
     each saved as `learner-ROLE/`. Checkpoints of steps after `step` (left by a run that was
     resumed from an earlier checkpoint) are deleted: they belong to an abandoned history.
-    Returns the checkpoint's directory."""
+    A sharded learner's `save` has every rank write its shards into `learner/` and returns
+    after all have (a barrier), before the rename. Returns the checkpoint's directory."""
     if step < 0:
         raise ValueError(f"checkpoint step must be >= 0, got {step}")
     if keep is not None and keep < 1:
@@ -353,7 +357,7 @@ def load_checkpoint(
                 f"{path} holds no learner for role {role!r} (learner-{role}/): it was saved by a "
                 "run without per-role adapters; resume with the team config it was saved with"
             )
-    learner.load(path / "learner")
+    _load_learner(learner, path / "learner")
     for role, other in (roles or {}).items():
         other.load(path / f"learner-{role}")
     rng.restore()
@@ -363,6 +367,17 @@ def load_checkpoint(
         )
     log.info("checkpoint: resumed from %s (step %d)", path, step)
     return LoadedCheckpoint(path, step, loop_state, version, saved_at)
+
+
+def _load_learner(learner: Learner, directory: Path) -> None:
+    """A sharded `learner/` (every rank of a sharded run wrote it) into a one-process Learner, or
+    the learner's own `load` (a DistributedLearner reads both kinds, collectively)."""
+    from honing.trainer.distributed import DistributedLearner, is_sharded, load_sharded
+
+    if is_sharded(directory) and not isinstance(learner, DistributedLearner):
+        load_sharded(learner, directory)
+    else:
+        learner.load(directory)
 
 
 _FALL_BACK = (

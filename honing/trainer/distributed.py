@@ -5,16 +5,18 @@
       .update(groups)        each rank backwards its share of the micro-batches: the same step as
                              one process on the whole batch (every rank must call it, same groups)
       .weights()             full weights gathered on rank 0 for sync/export ({} on other ranks)
-      .save(dir) .load(dir)  a sharded checkpoint (torch.distributed.checkpoint), any world size
+      .save(dir) .load(dir)  a sharded checkpoint (torch.distributed.checkpoint), any world size;
+                             .load also reads a one-process `Learner.save` directory
     save_sharded, load_sharded   that checkpoint from/into any Learner, with or without a group
+    is_sharded(dir)          whether a learner directory is a sharded checkpoint
     share(micro, world)      micro-batches -> ranks, balanced by padded tokens
 
 Why the step is the one-process step: every rank builds the whole batch (advantages, and the loss
 aggregation's global token/sequence count), backwards only its micro-batches, and the gradients
 are summed across ranks, never averaged (docs/scaling.md, "A sharded learner"). Not covered:
 advantage gae (the critic), the shared-prefix pass (off: ranks must run equal passes), a sharded KL
-reference (each rank holds a full copy), Ray's torch integration, HSDP or tensor parallelism,
-`honing train` and `save_checkpoint` (one process owns the run directory today).
+reference (each rank holds a full copy), Ray's torch integration, HSDP or tensor parallelism.
+`honing train` drives it from rank 0 through honing.trainer.ranks.
 """
 
 from __future__ import annotations
@@ -135,6 +137,7 @@ class DistributedLearner(Learner):
                 "rloo, dr_grpo, reinforce_pp), or the one-process Learner for advantage gae"
             )
         super().__init__(model, config, pad_id=pad_id, version=version)
+        self.source = model  # a one-process checkpoint is read by a Learner built from it
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import FSDPModule, fully_shard
 
@@ -222,8 +225,40 @@ class DistributedLearner(Learner):
         save_sharded(self, directory)
 
     def load(self, directory: Path) -> None:
-        """`load_sharded`: every rank must call it, with the same directory."""
-        load_sharded(self, directory)
+        """`load_sharded`, or a one-process `Learner.save` directory: every rank reads it into a
+        Learner of its own, built from the same model, and takes its shards of it (so a run
+        checkpointed in one process resumes sharded). Every rank must call it, with the same
+        directory."""
+        if is_sharded(directory):
+            load_sharded(self, directory)
+            return
+        if not isinstance(self.source, (str, Path)):
+            raise CheckpointError(
+                f"{directory} is a one-process learner checkpoint: a DistributedLearner reads it "
+                "only when built from a model path or name (it rebuilds the model to read it)"
+            )
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        whole = Learner(self.source, self.config, pad_id=self.pad_id)
+        whole.load(directory)  # every check of Learner.load, before this learner changes
+        stepped = bool(whole.optimizer.state)
+        model_state, optim_state = _state(whole)
+        options = StateDictOptions(full_state_dict=True, ignore_frozen_params=True, strict=False)
+        _set_state(self, model_state, optim_state if stepped else None, options)
+        self.scheduler.load_state_dict(whole.scheduler.state_dict())
+        self.steps, self.version = whole.steps, whole.version
+        self._zero_grad_updates = whole._zero_grad_updates
+
+
+def is_sharded(directory: Path) -> bool:
+    """Whether the learner directory `directory` holds a `save_sharded` checkpoint (its
+    learner.json says kind: sharded); False for a `Learner.save` one or an unreadable one (its
+    reader then names the problem)."""
+    try:
+        manifest = json.loads((directory / _MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("kind") == "sharded"
 
 
 def save_sharded(learner: Learner, directory: Path) -> None:
@@ -235,10 +270,12 @@ def save_sharded(learner: Learner, directory: Path) -> None:
 
     _check_supported(learner)
     directory.mkdir(parents=True, exist_ok=True)
+    stepped = bool(learner.optimizer.state)
     model_state, optim_state = _state(learner)
-    state_dict_saver.save(
-        {"model": model_state, "optimizer": optim_state}, checkpoint_id=str(directory)
-    )
+    if not stepped:  # get_state_dict gave AdamW a zero step, counted: undo it, save no state
+        learner.optimizer.state.clear()
+    state = {"model": model_state, **({"optimizer": optim_state} if stepped else {})}
+    state_dict_saver.save(state, checkpoint_id=str(directory))
     if _rank() == 0:
         torch.save(learner.scheduler.state_dict(), directory / _SCHEDULER)
         manifest = {
@@ -248,6 +285,7 @@ def save_sharded(learner: Learner, directory: Path) -> None:
             "steps": learner.steps,
             "version": learner.version,
             "zero_grad_updates": learner._zero_grad_updates,
+            "optimizer": stepped,  # false before the first step: AdamW has no state yet
             "world_size": _world(),
         }
         (directory / _MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -260,7 +298,6 @@ def load_sharded(learner: Learner, directory: Path) -> None:
     not), built from the same model and config. CheckpointError names the directory and what
     differs or is broken."""
     from torch.distributed.checkpoint import state_dict_loader
-    from torch.distributed.checkpoint.state_dict import set_state_dict
 
     _check_supported(learner)
     manifest = _read_json(directory / _MANIFEST)
@@ -277,9 +314,10 @@ def load_sharded(learner: Learner, directory: Path) -> None:
             + "; ".join(differences)
             + ". Resume with the config the run was started with"
         )
+    stepped = manifest.get("optimizer", True) is not False
     model_state, optim_state = _state(learner)
     try:
-        state = {"model": model_state, "optimizer": optim_state}
+        state = {"model": model_state, **({"optimizer": optim_state} if stepped else {})}
         state_dict_loader.load(state, checkpoint_id=str(directory))
         schedule = torch.load(directory / _SCHEDULER, map_location="cpu", weights_only=True)
     except Exception as e:  # DCP, torch.load and pickle each raise their own types
@@ -288,14 +326,8 @@ def load_sharded(learner: Learner, directory: Path) -> None:
             f"learner's model ({type(e).__name__}: {e}). Resume with the run's own model and "
             "config, or from the previous checkpoint"
         ) from e
-    set_state_dict(
-        learner.model,
-        learner.optimizer,
-        model_state_dict=state["model"],
-        optim_state_dict=state["optimizer"],
-        # not strict: the frozen base (LoRA) is not in it; DCP has checked every trained tensor
-        options=_options(strict=False),
-    )
+    # not strict: the frozen base (LoRA) is not in it; DCP has checked every trained tensor
+    _set_state(learner, state["model"], state.get("optimizer"), _options(strict=False))
     learner.scheduler.load_state_dict(schedule)
     learner.steps = int(manifest["steps"])
     learner.version = int(manifest["version"])
@@ -306,6 +338,24 @@ def _state(learner: Learner) -> tuple[dict[str, Any], Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     return get_state_dict(learner.model, learner.optimizer, options=_options())
+
+
+def _set_state(learner: Learner, model_state: Any, optim_state: Any | None, options: Any) -> None:
+    """Set the learner's trained weights, and its optimiser state, or none (`optim_state` None:
+    saved before the first step; set_state_dict's zero step is undone, as in `save_sharded`)."""
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+
+    if optim_state is None:
+        set_model_state_dict(learner.model, model_state, options=options)
+        learner.optimizer.state.clear()
+        return
+    set_state_dict(
+        learner.model,
+        learner.optimizer,
+        model_state_dict=model_state,
+        optim_state_dict=optim_state,
+        options=options,
+    )
 
 
 def _options(*, strict: bool = True) -> Any:

@@ -14,7 +14,9 @@ directory is `honing.trainer.run_dir`'s; the events go to its event log (`honing
 docs/training.md describes the loop, the run directory and resume (bit-exact with
 `deterministic: true`).
 
-Not covered: multi-process learners; overlap with per-role team learners.
+Under torchrun (WORLD_SIZE > 1) rank 0 runs this loop and leads a sharded learner, the other
+ranks follow (honing.trainer.ranks); with `backend: ray` the training episodes' engines and
+sandboxes are Ray actors (docs/scaling.md). Not covered: overlap with per-role team learners.
 """
 
 from __future__ import annotations
