@@ -1141,6 +1141,36 @@ def train_command(
     typer.echo(result.line(cfg.name))
 
 
+@app.command("distill")
+def distill_command(
+    config: Annotated[Path, typer.Argument(help="The distillation's YAML config.")],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(help="key=value settings over the config: steps=20 student.layers=8."),
+    ] = None,
+    quiet: Quiet = False,
+) -> None:
+    """Distil a teacher into a smaller student on-policy: the student samples, the teacher's
+    logprob of each sampled token trains it (see examples/distill.yaml). The last line sets the
+    teacher's held-out success and decode speed beside the student's before and after."""
+    from honing.config import load_yaml_model
+    from honing.trainer.distill import DistillConfig, distill
+
+    _log_to_stderr()
+    try:
+        cfg = load_yaml_model(config, DistillConfig, list(overrides or []))
+        result, line = asyncio.run(distill(cfg, progress=RunProgress(err, quiet=quiet)))
+    except HoningError as exc:
+        raise _fail(str(exc)) from exc
+    except KeyboardInterrupt:
+        err.print("interrupted: continue with honing train --resume OUT", highlight=False)
+        raise typer.Exit(130) from None
+    err.print(f"run: {result.run_dir} (distill.json beside the run's files); continue it with "
+              f"honing train --resume {result.run_dir}", highlight=False)  # fmt: skip
+    err.print(result.line("student"), highlight=False)
+    typer.echo(line)
+
+
 @app.command("sft")
 def sft_command(
     config: Annotated[Path, typer.Argument(help="The SFT YAML config (model, data, out...).")],

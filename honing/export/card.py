@@ -33,6 +33,8 @@ ALGORITHMS = {
     "dr_grpo": "Dr. GRPO",
     "rloo": "RLOO",
     "reinforce_pp": "REINFORCE++",
+    "gae": "PPO (GAE)",
+    "distill": "on-policy distillation",
 }
 
 

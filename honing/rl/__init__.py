@@ -1,7 +1,7 @@
 """RL math: small pure tensor functions (no state, no I/O) that the learner calls.
 
     advantages   grpo, dr_grpo, rloo, reinforce_pp and gae advantages, token_rewards, whiten,
-                 turn_level_advantages, broadcast_to_tokens
+                 turn_level_advantages, broadcast_to_tokens, distill_advantages
     losses       policy_loss (-> PolicyLoss, PolicyLossStats), aggregate, Aggregation
     value        value_loss (-> ValueLoss), explained_variance: the critic's loss and diagnostic
     offpolicy    decoupled_policy_loss, token_staleness, staleness_mask
@@ -17,6 +17,7 @@ omissions. Not covered: records to tensors, the optimiser, anything with state (
 from honing.rl.advantages import (
     GAE,
     broadcast_to_tokens,
+    distill_advantages,
     dr_grpo_advantages,
     gae_advantages,
     grpo_advantages,
@@ -44,6 +45,7 @@ __all__ = [
     "aggregate",
     "broadcast_to_tokens",
     "decoupled_policy_loss",
+    "distill_advantages",
     "dr_grpo_advantages",
     "entropy_from_logits",
     "explained_variance",

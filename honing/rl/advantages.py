@@ -5,6 +5,7 @@
     rloo_advantages           r - mean of the *other* samples of the group    Ahmadian et al. 2024
     reinforce_pp_advantages   group baseline, then normalised over the batch  Hu 2025
     gae_advantages            GAE over the model's tokens with a value head   Schulman et al. 2016
+    distill_advantages        per token: teacher logprob - student logprob    Agarwal et al. 2024
     token_rewards / whiten / turn_level_advantages / broadcast_to_tokens      (see each docstring)
 
 Groups are `rewards` [G, n], or flat [N] with `group_ids` [N]; a group whose rewards are all
@@ -342,3 +343,38 @@ def turn_level_advantages(
 
     per_token = outcome_advantages[:, None] + process_weight * process.gather(1, turn_of_token)
     return torch.where(on_turn, per_token, torch.zeros((), dtype=per_token.dtype))
+
+
+def distill_advantages(
+    teacher_logprobs: Tensor,
+    student_logprobs: Tensor,
+    mask: Tensor,
+    *,
+    clip: float | None = None,
+) -> Tensor:
+    """On-policy distillation's per-token advantages [B, T]: log p_teacher(x_t) - log
+    p_student(x_t) on the tokens the student sampled, 0 where `mask` is 0.
+
+    Their negative is a one-sample estimate of the reverse KL, KL(student || teacher), at each
+    token, so the policy gradient with these advantages lowers the reverse KL (GKD, Agarwal et
+    al. 2024, on-policy with discount 0: each token is judged by the teacher alone, no reward
+    needed). `student_logprobs` are the behaviour policy's (the engine's, recorded when it
+    sampled); `clip`: bound |advantage| (a token the teacher finds very unlikely can otherwise
+    dominate a batch). Not covered: forward KL or a mix (generalised JSD), reward mixing."""
+    if teacher_logprobs.shape != student_logprobs.shape or mask.shape != teacher_logprobs.shape:
+        raise ValueError(
+            f"teacher {tuple(teacher_logprobs.shape)}, student {tuple(student_logprobs.shape)} "
+            f"and mask {tuple(mask.shape)} must have one shape [B, T]"
+        )
+    if clip is not None and clip <= 0:
+        raise ValueError(f"clip must be > 0 (or None), got {clip}")
+    keep = mask.bool()
+    adv = torch.where(keep, teacher_logprobs - student_logprobs, torch.zeros_like(teacher_logprobs))
+    if not bool(torch.isfinite(adv).all()):
+        raise ValueError(
+            "distill advantages are not finite on a trained token: a logprob is -inf or NaN "
+            "(a token outside the teacher's or the student's vocabulary?)"
+        )
+    if clip is not None:
+        adv = adv.clamp(-clip, clip)
+    return adv

@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from honing.config import StrictModel
 from honing.rl import Aggregation, KLEstimator
 
-AdvantageEstimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gae"]
+AdvantageEstimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gae", "distill"]
 
 # The settings of the critic (advantage gae) alone: changing one for another estimator is an error
 # (it would have no effect), not a silent no-op.
@@ -49,7 +49,19 @@ class LearnerConfig(StrictModel):
     advantage: AdvantageEstimator = Field(
         "grpo",
         description="Advantage estimator over each group's outcome rewards (honing.rl.advantages); "
-        "gae: PPO with a learned critic (a value head on the policy's last hidden states).",
+        "gae: PPO with a learned critic (a value head on the policy's last hidden states); "
+        "distill: on-policy distillation from `teacher`, per token, no reward (`honing distill`).",
+    )
+    teacher: str | None = Field(
+        None,
+        description="advantage distill: the teacher model (a directory or built-in name, with the "
+        "student's tokenizer); each sampled token's advantage is its teacher logprob minus the "
+        "student's (honing.rl.distill_advantages).",
+    )
+    distill_clip: float | None = Field(
+        None,
+        gt=0,
+        description="advantage distill: bound each token's |advantage| (None: unbounded).",
     )
     gamma: float = Field(
         1.0,
@@ -177,6 +189,23 @@ class LearnerConfig(StrictModel):
         b1, b2 = self.betas
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
             raise ValueError(f"betas {self.betas}: each must be in [0, 1)")
+        if self.advantage == "distill" and self.teacher is None:
+            raise ValueError(
+                "advantage distill needs a teacher: set learner.teacher to a model directory "
+                "(e.g. the RL-trained export)"
+            )
+        if self.advantage != "distill" and (
+            self.teacher is not None or self.distill_clip is not None
+        ):
+            raise ValueError(
+                f"learner.teacher and distill_clip are for advantage distill, not "
+                f"{self.advantage!r}: set advantage: distill, or drop them"
+            )
+        if self.advantage == "distill" and self.process_weight > 0:
+            raise ValueError(
+                "advantage distill takes each token's advantage from the teacher; "
+                "process_weight adds reward-based ones: drop process_weight"
+            )
         if self.advantage != "gae":
             changed = [
                 name

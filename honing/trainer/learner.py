@@ -7,6 +7,7 @@
       .weights()          name -> tensor for `HFEngine.update_weights` (merged LoRA for LoRA)
       .save(dir) .load(dir)   weights or adapter, optimiser, schedule, counters, the critic
       .critic             advantage gae's value head, optimiser and schedule (`Critic`), or None
+      .teacher            advantage distill's teacher (frozen): per-token advantages, no reward
     check_logprob_match   engine's behaviour logprobs vs the learner's on the same tokens
 
 The loss is decoupled PPO (docs/training.md, "The modules in detail": the loss, the warnings,
@@ -38,6 +39,7 @@ from honing.records import Group, Trajectory
 from honing.rl import (
     aggregate,
     decoupled_policy_loss,
+    distill_advantages,
     dr_grpo_advantages,
     explained_variance,
     gae_advantages,
@@ -97,6 +99,7 @@ class LearnerStats:
     is_weight_mean: float  # mean importance weight exp(proximal - behaviour), after the cap
     is_capped_frac: float  # share of tokens whose weight hit max_importance_weight
     kl: float  # mean KL to the reference model (0 when kl_coef is 0)
+    teacher_kl: float  # advantage distill: mean reverse KL to the teacher, sampled (0 otherwise)
     entropy: float  # mean token entropy at the sampling temperature(s)
     advantage_abs_mean: float
     value_loss: float  # gae: the clipped value loss (0 without a critic, as are the next three)
@@ -207,6 +210,7 @@ class Learner:
         self.prefix_pass = config.shared_prefix
         self._new_optimizer()
         self.critic = self._new_critic() if config.advantage == "gae" else None
+        self.teacher: Any = self._load_teacher() if config.advantage == "distill" else None
         self._zero_grad_updates = 0
 
     def _new_optimizer(self) -> None:
@@ -226,7 +230,7 @@ class Learner:
         of an episode's risk cost, taken off its outcome before the advantages (0: unpriced)."""
         start = time.perf_counter()
         cfg = self.config
-        if cfg.dynamic_sampling:
+        if cfg.dynamic_sampling and cfg.advantage != "distill":  # distill: the teacher judges
             kept, dropped = drop_zero_variance(groups, risk_weight)
         else:
             kept, dropped = list(groups), 0
@@ -377,6 +381,12 @@ class Learner:
             sums.add("value_mean", masked_mean(targets.values, trained), 1.0)
             ev = explained_variance(targets.values, targets.returns, trained)
             sums.add("explained_variance", ev, 1.0)
+        elif self.teacher is not None:
+            adv = self._distill_advantages(batch, masks, sums)
+            trained = torch.zeros_like(adv, dtype=torch.bool)
+            for mb, mask in zip(batch.micro_batches, masks, strict=True):
+                trained[mb.rows, 1 : mask.shape[1] + 1] = mask.bool()
+            sums.add("advantage_abs_mean", masked_mean(adv.abs(), trained), 1.0)
         else:
             adv = self._group_advantages(batch)
             sums.add("advantage_abs_mean", adv.abs().mean(), 1.0)
@@ -419,6 +429,42 @@ class Learner:
         return adv
 
     @torch.no_grad()
+    @torch.no_grad()
+    def _distill_advantages(
+        self, batch: TrainBatch, masks: Sequence[Tensor], sums: _Sums
+    ) -> Tensor:
+        """advantage distill: per token [N, W], each trained token's teacher logprob minus the
+        logprob the student sampled it with (honing.rl.distill_advantages); the sampled reverse
+        KL to the teacher goes to `sums` ("teacher_kl")."""
+        width = max(mb.input_ids.shape[1] for mb in batch.micro_batches)
+        adv = torch.zeros(len(batch.trajectories), width)
+        for mb, mask in zip(batch.micro_batches, masks, strict=True):
+            if not mask.any():
+                continue
+            teacher = self._token_logprobs(self.teacher, mb, mask).float().cpu()
+            raw = distill_advantages(teacher, mb.behaviour_logprobs, mask)
+            sums.add("teacher_kl", -float(raw.sum()), 1.0)
+            clipped = raw.clamp(-c, c) if (c := self.config.distill_clip) is not None else raw
+            adv[mb.rows, 1 : mask.shape[1] + 1] = clipped
+        return adv
+
+    def _load_teacher(self) -> Any:
+        """advantage distill: the teacher, frozen, in float32 (the forward pass autocasts as
+        the student's does). Its vocabulary must be the student's: a token id means the same."""
+        from honing.rollout.models import load_model, resolve_model
+
+        assert self.config.teacher is not None
+        teacher = load_model(resolve_model(self.config.teacher), "float32")
+        teacher.config.use_cache = False
+        ours, theirs = self.model.config.vocab_size, teacher.config.vocab_size
+        if ours != theirs:
+            raise ValueError(
+                f"teacher {self.config.teacher} has a vocabulary of {theirs} tokens and the "
+                f"student {ours}: distillation compares logprobs token by token, so both need "
+                "the same tokenizer (a student shrunk from the teacher has it)"
+            )
+        return teacher.to(next(self.model.parameters()).device).requires_grad_(False).eval()
+
     def _value_targets(self, batch: TrainBatch, masks: Sequence[Tensor]) -> _ValueTargets:
         """Score every model token of `batch` with the critic as it is before the update (the
         policy in eval mode), lay the rewards onto the tokens, and run GAE (module docstring)."""
@@ -909,6 +955,7 @@ class Learner:
             is_weight_mean=sums.get("is_weight_mean") / n,
             is_capped_frac=sums.get("is_capped_frac") / n,
             kl=sums.get("kl") / n,
+            teacher_kl=sums.get("teacher_kl") / n,
             entropy=sums.get("entropy") / n,
             advantage_abs_mean=sums.get("advantage_abs_mean"),
             value_loss=sums.get("value_loss"),

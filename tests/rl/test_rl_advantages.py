@@ -9,6 +9,7 @@ import torch
 
 from honing.rl import (
     broadcast_to_tokens,
+    distill_advantages,
     dr_grpo_advantages,
     gae_advantages,
     grpo_advantages,
@@ -259,3 +260,30 @@ def test_turn_level_rejects_tokens_of_an_absent_turn() -> None:
     bad[2, 4] = 1  # episode 2 has no second turn
     with pytest.raises(ValueError, match="absent"):
         turn_level_advantages(OUTCOME, turn_rewards(), TURN_MASK, bad, GROUPS, process_weight=1.0)
+
+
+# -- distill_advantages: on-policy distillation, by hand ---------------------------------------
+
+
+def test_distill_advantages_are_teacher_minus_student_on_the_trained_tokens() -> None:
+    teacher = torch.tensor([[-0.5, -1.0, -3.0], [-2.0, -0.1, float("-inf")]])
+    student = torch.tensor([[-1.5, -1.0, -0.5], [-0.2, -0.3, -0.7]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    adv = distill_advantages(teacher, student, mask)
+    # -0.5 - -1.5 = 1.0; -1.0 - -1.0 = 0; -3.0 - -0.5 = -2.5; -2.0 - -0.2 = -1.8; -0.1 - -0.3 = 0.2
+    expected = torch.tensor([[1.0, 0.0, -2.5], [-1.8, 0.2, 0.0]])
+    assert torch.allclose(adv, expected)
+    # the reverse KL estimate is the negative mean over the trained tokens: (-1 + 0 + 2.5 + 1.8
+    # - 0.2) / 5 = 0.62
+    assert -float(adv[mask.bool()].mean()) == pytest.approx(0.62)
+    clipped = distill_advantages(teacher, student, mask, clip=1.5)
+    assert torch.allclose(clipped, torch.tensor([[1.0, 0.0, -1.5], [-1.5, 0.2, 0.0]]))
+
+
+def test_distill_advantages_refuse_mismatched_shapes_and_infinite_trained_tokens() -> None:
+    with pytest.raises(ValueError, match="one shape"):
+        distill_advantages(torch.zeros(2, 3), torch.zeros(2, 4), torch.ones(2, 3))
+    with pytest.raises(ValueError, match="not finite"):
+        distill_advantages(torch.tensor([[float("-inf")]]), torch.zeros(1, 1), torch.ones(1, 1))
+    with pytest.raises(ValueError, match="clip"):
+        distill_advantages(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), clip=0.0)
