@@ -65,6 +65,7 @@ class TrainedRun:
     base: Path  # the model directory the learner started from
     warm_started: bool  # base is the run's warm-start (SFT) model
     evals: tuple[EvalPoint, ...]  # RUN/evals.jsonl, in order
+    sharded: bool = False  # the learner was sharded (torchrun): a torch.distributed checkpoint
 
     @property
     def learner_dir(self) -> Path:
@@ -143,6 +144,9 @@ def find_run(run_dir: Path, step: int | None = None) -> TrainedRun:
             f"{checkpoint} is incomplete or corrupt ({type(e).__name__}: {e}): export another "
             "checkpoint with --step, or delete this one"
         ) from e
+    sharded = kind == "sharded"  # honing.trainer.distributed: full or LoRA, by its config
+    if sharded:
+        kind = "full" if (manifest.get("config") or {}).get("lora") is None else "lora"
     if kind not in ("full", "lora"):
         raise CheckpointError(f"{manifest_path}: unknown learner kind {kind!r}")
     return TrainedRun(
@@ -154,6 +158,7 @@ def find_run(run_dir: Path, step: int | None = None) -> TrainedRun:
         base=base,
         warm_started=warm,
         evals=tuple(_evals(run)),
+        sharded=sharded,
     )
 
 
@@ -224,6 +229,8 @@ def load_trained(run: TrainedRun, *, merge: bool) -> Any:
     adapter — a `PeftModel`, or, with `merge`, the plain model with the adapter merged in."""
     from honing.rollout.models import load_model
 
+    if run.sharded:
+        return _load_sharded(run, merge=merge)
     model = load_model(run.base, "float32")
     if run.kind == "full":
         _load_full(model, run.learner_dir / "model.safetensors")
@@ -243,6 +250,23 @@ def load_trained(run: TrainedRun, *, merge: bool) -> Any:
         )
     peft_model.eval()
     return peft_model.merge_and_unload() if merge else peft_model
+
+
+def _load_sharded(run: TrainedRun, *, merge: bool) -> Any:
+    """A sharded (torchrun) checkpoint, gathered into one process: a one-process learner on the
+    run's base and learner config reads it (`load_sharded`, any world size), and its model is
+    the trained one."""
+    from honing.trainer.distributed import load_sharded
+    from honing.trainer.learner import Learner
+
+    learner = Learner(run.base, run.config.learner_config)
+    load_sharded(learner, run.learner_dir)
+    model = learner.model
+    model.config.use_cache = True  # the learner turns it off for training
+    model.eval()
+    if run.kind == "lora" and merge:
+        return model.merge_and_unload()
+    return model
 
 
 def _load_full(model: Any, path: Path) -> None:

@@ -162,3 +162,18 @@ def test_what_a_sharded_learner_does_not_run_is_refused(
     cfg = TrainConfig.model_validate({**config(tmp_path, tiny_model_dir, tmp_path), **setting})
     with pytest.raises(ConfigError, match=named):
         refuse_unsupported(cfg)
+
+
+def test_a_sharded_checkpoint_exports_the_gathered_weights(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    from honing.export.model import export_run
+
+    result = export_run(runs["two"], tmp_path / "export")
+    assert result.kind == "full" and result.step == 2
+    exported = load_file(tmp_path / "export" / "model.safetensors")
+    want = final_weights(runs["two"], runs["model"])
+    tied = {n: t for n, t in want.items() if n in exported}
+    assert tied and all(torch.equal(exported[n], t) for n, t in tied.items())
+    config = json.loads((tmp_path / "export" / "config.json").read_text())
+    assert config.get("use_cache") is not False  # exported for generation
