@@ -218,9 +218,7 @@ class Learner:
         parameters are replaced, as sharding does)."""
         cfg = self.config
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.parameters, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
-        )
+        self.optimizer = adamw(self.parameters, cfg.lr, cfg)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
 
     # ---- public API ------------------------------------------------------------------------
@@ -653,12 +651,7 @@ class Learner:
         with torch.no_grad():
             head.weight.zero_()
             head.bias.zero_()
-        optimizer = torch.optim.AdamW(
-            head.parameters(),
-            lr=cfg.critic_learning_rate,
-            betas=cfg.betas,
-            weight_decay=cfg.weight_decay,
-        )
+        optimizer = adamw(list(head.parameters()), cfg.critic_learning_rate, cfg)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_factor)
         return Critic(head, trunk, optimizer, scheduler)
 
@@ -973,6 +966,26 @@ class Learner:
             seconds=time.perf_counter() - start,
             stepped=stepped,
         )
+
+
+def adamw(parameters: list[Tensor], lr: float, config: LearnerConfig) -> torch.optim.AdamW:
+    """AdamW over `parameters`: the fused kernel (one pass over each tensor for the whole update,
+    several times faster on a CPU than torch's default per-tensor loop on a 135M model) when
+    every parameter is a plain CPU or CUDA float tensor; else torch's default (a sharded
+    learner's DTensors)."""
+    plain = all(
+        type(p) is torch.nn.Parameter
+        and p.device.type in ("cpu", "cuda")
+        and p.dtype in (torch.float32, torch.bfloat16, torch.float16)
+        for p in parameters
+    )
+    return torch.optim.AdamW(
+        parameters,
+        lr=lr,
+        betas=config.betas,
+        weight_decay=config.weight_decay,
+        **({"fused": True} if plain and parameters else {}),
+    )
 
 
 def check_logprob_match(learner: Learner, trajectories: Sequence[Trajectory]) -> MatchReport:
