@@ -2,12 +2,14 @@
 
 What is compared
 ----------------
-One GRPO optimiser step on CPU, float32, for each side, in one process:
+One GRPO optimiser step on CPU for each side, in one process, in one precision for both
+(`--dtype`: auto is bfloat16 where the CPU has native bf16, AMX or AVX512-BF16, else float32):
 
 * the model: the embedded default (SmolLM2-135M-Instruct, `resolve_model("default")`, never
-  downloaded; `--model DIR` for another local directory), loaded in float32 (CPUs without
-  native bf16 emulate it, several times slower); a full fine-tune, or `--lora` (r 16, alpha 32,
-  q/k/v/o projections) on both sides;
+  downloaded; `--model DIR` for another local directory), its weights in float32; with
+  bfloat16, trl trains under its `bf16=True` (autocast) and generates with the model it trains,
+  honing's learner autocasts to bfloat16 (`dtype: bfloat16`) and its engine holds bfloat16
+  weights; a full fine-tune, or `--lora` (r 16, alpha 32, q/k/v/o projections) on both sides;
 * the prompts: 2-digit multiplications in the chat template ("What is 47 * 83? ..."), 2 prompts
   per step, each sampled 8 times (group size 8, 16 completions per step), up to 32 new tokens, at
   temperature 1 (no top-k, no top-p), seeded; step k uses prompts 2k and 2k+1 on both sides;
@@ -35,14 +37,15 @@ What one step is
   engine that trl does not need (it generates with the model it trains).
 
 Each side runs `--warmup` untimed steps (1), then `--steps` timed ones (3); the per-step times,
-the split of each step into generation+scoring vs the rest, and each step's rewards are printed.
+the split of each step into generation+scoring vs the rest, the tokens generated and trained on
+(equal work: both train on every completion token), and each step's rewards are printed.
 The last line compares the medians: `grpo step: trl X s; honing Y s; speedup Z.Zx`.
 
 Not measured: quality (3 steps at lr 1e-6 do not move the rewards), GPUs, vLLM. The machine may be
 shared: the times are noisy, run it again and read the range.
 
 Usage: python benchmarks/grpo_vs_trl.py [--steps 3] [--warmup 1] [--lora] [--lr 1e-6]
-       [--threads N] [--model DIR] [--seed 0]
+       [--dtype auto|float32|bfloat16] [--threads N] [--model DIR] [--seed 0]
 Needs trl: pip install -e '.[bench]'.
 """
 
@@ -64,6 +67,7 @@ from typing import Any
 
 import torch
 
+from honing.precision import native_bf16
 from honing.records import Group, Trajectory
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.hf import HFEngine
@@ -85,6 +89,7 @@ class Settings:
     lr: float
     max_new_tokens: int
     seed: int
+    dtype: str = "float32"
 
     @property
     def total_steps(self) -> int:
@@ -92,7 +97,7 @@ class Settings:
 
     def __str__(self) -> str:
         return (
-            f"model {self.model.name}, float32, {torch.get_num_threads()} threads; "
+            f"model {self.model.name}, {self.dtype}, {torch.get_num_threads()} threads; "
             f"{'LoRA r 16' if self.lora else 'full fine-tune'}; {PROMPTS_PER_STEP} prompts x "
             f"{GROUP} = {PROMPTS_PER_STEP * GROUP} completions per step, up to "
             f"{self.max_new_tokens} new tokens, temperature 1; lr {self.lr:g}, clip {EPSILON}, "
@@ -118,6 +123,8 @@ class StepRecord:
     generate_s: float  # generation + scoring (+ advantages, for trl)
     rewards: list[float]
     sync_s: float = 0.0  # honing: the weight copy into the engine (trl has none)
+    generated: int = 0  # completion tokens generated
+    trained: int = 0  # completion tokens the loss covered
 
     def __str__(self) -> str:
         correct = sum(r >= 1.0 for r in self.rewards)
@@ -125,7 +132,7 @@ class StepRecord:
             f"{self.seconds:.2f}s (generate+score {self.generate_s:.2f}s, update "
             f"{self.seconds - self.generate_s - self.sync_s:.2f}s"
             + (f", sync {self.sync_s:.2f}s" if self.sync_s else "")
-            + f"); reward mean "
+            + f"); {self.generated} tokens generated, {self.trained} trained; reward mean "
             f"{statistics.fmean(self.rewards):+.3f}, {correct}/{len(self.rewards)} correct"
         )
 
@@ -186,6 +193,7 @@ def run_trl(settings: Settings, data: list[Problem]) -> list[StepRecord]:
 
     reward = Recorder(multiplication_reward)
     generate_s: list[float] = []
+    tokens: list[int] = []  # completion tokens of each generation (trl trains on all of them)
 
     class StepTimer(TrainerCallback):
         """Times each optimiser step and shows it as soon as it ends."""
@@ -204,7 +212,8 @@ def run_trl(settings: Settings, data: list[Problem]) -> list[StepRecord]:
                     f"trl step {len(self.records) + 1}: {len(generate_s)} generations and "
                     f"{len(reward.calls)} reward calls so far; expected one of each per step"
                 )
-            self.records.append(StepRecord(seconds, generate_s[-1], reward.calls[-1]))
+            self.records.append(StepRecord(seconds, generate_s[-1], reward.calls[-1],
+                                           generated=tokens[-1], trained=tokens[-1]))  # fmt: skip
             show("trl", len(self.records) - 1, settings, self.records[-1])
 
     peft_config = None
@@ -247,7 +256,7 @@ def run_trl(settings: Settings, data: list[Problem]) -> list[StepRecord]:
             shuffle_dataset=False,
             seed=settings.seed,
             use_cpu=True,
-            bf16=False,
+            bf16=settings.dtype == "bfloat16",
             fp16=False,
             activation_checkpointing=False,  # trl's default is on (gradient_checkpointing)
             use_vllm=False,
@@ -273,7 +282,9 @@ def run_trl(settings: Settings, data: list[Problem]) -> list[StepRecord]:
         def timed(batch: Any) -> Any:
             start = time.perf_counter()
             try:
-                return generate_and_score(batch)
+                out = generate_and_score(batch)
+                tokens.append(int(out["completion_mask"].sum()))
+                return out
             finally:
                 generate_s.append(time.perf_counter() - start)
 
@@ -353,7 +364,9 @@ async def honing_step(
     if not stats.stepped:
         raise RuntimeError(f"honing's learner took no step at step {step}: {stats}")
     sync = await sync_weights(learner, engine)
-    return StepRecord(time.perf_counter() - start, generated - start, rewards, sync.seconds)
+    return StepRecord(time.perf_counter() - start, generated - start, rewards, sync.seconds,
+                      generated=sum(len(g.token_ids) for g in gens),
+                      trained=stats.tokens)  # fmt: skip
 
 
 async def run_honing(settings: Settings, data: list[Problem]) -> list[StepRecord]:
@@ -370,7 +383,7 @@ async def run_honing(settings: Settings, data: list[Problem]) -> list[StepRecord
         schedule="constant",
         max_grad_norm=1.0,
         temperature=1.0,
-        dtype="float32",
+        dtype="bfloat16" if settings.dtype == "bfloat16" else "float32",
         lora=LoraSettings(
             r=LORA_R, alpha=float(LORA_ALPHA), dropout=0.0, target_modules=LORA_TARGETS
         )
@@ -378,7 +391,7 @@ async def run_honing(settings: Settings, data: list[Problem]) -> list[StepRecord
         else None,
     )
     learner = Learner(settings.model, config)  # its own copy of the weights
-    engine = HFEngine(settings.model, dtype="float32", seed=settings.seed)
+    engine = HFEngine(settings.model, dtype=settings.dtype, seed=settings.seed)  # type: ignore[arg-type]
     records = []
     try:
         for step in range(settings.total_steps):
@@ -410,6 +423,12 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
     parser.add_argument("--model", default="default", help="a local model directory")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16"],
+        default="auto",
+        help="both sides' precision; auto: bfloat16 where the CPU has native bf16, else float32",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be at least 1 and --warmup at least 0")
@@ -423,6 +442,7 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
         lr=args.lr,
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
+        dtype=args.dtype if args.dtype != "auto" else ("bfloat16" if native_bf16() else "float32"),
     )
 
 

@@ -55,6 +55,12 @@ def test_one_step_each_prints_the_ratio_last(
     lines = capsys.readouterr().out.strip().splitlines()
     match = LAST_LINE.fullmatch(lines[-1])
     assert match, lines[-1]
+    for side in ("trl", "honing"):  # each step shows its work: tokens generated and trained
+        [step] = [line for line in lines if line.startswith(f"{side} step 1/1:")]
+        work = re.search(r"(\d+) tokens generated, (\d+) trained", step)
+        assert work, step
+        generated, trained = (int(g) for g in work.groups())
+        assert 0 < trained <= generated <= 16 * 8, step
     trl_s, honing_s, speedup = (float(g) for g in match.groups())
     assert trl_s > 0 and honing_s > 0
     assert speedup == pytest.approx(trl_s / honing_s, rel=0.05, abs=0.06)
