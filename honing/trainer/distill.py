@@ -16,7 +16,8 @@ distill_advantages), so no reward is needed (rewards are still recorded and eval
 student `{layers: K}` is the teacher's K decoder layers evenly spread, first and last kept,
 with the teacher's embeddings, norms and head (`shrink`), written to OUT/student. Before
 training, the teacher is evaluated on the held-out sets and both models' decode speed is
-measured; RUN/distill.json holds those figures and the last line sets them side by side.
+measured (turn about, best of three); RUN/distill.json holds those figures and the last line
+sets them side by side.
 Not covered: a teacher served elsewhere (it is loaded in this process), a student with another
 tokenizer, distilling a team.
 """
@@ -236,14 +237,18 @@ async def _side_by_side(config: DistillConfig, run: TrainConfig, student: str) -
                 success[name] = report.end_to_end.success_rate
                 n[name] = report.end_to_end.total
                 log.info("teacher on %s: success %s (n=%d)", name, _pct(success[name]), n[name])
-        teacher_speed = await decode_speed(engine, config.speed_batch, config.speed_tokens)
+        other = run_engine(run, student)
+        try:  # turn about, best of 3: both under the same load, the noise of a shared machine out
+            speeds: dict[str, list[float]] = {"teacher": [], "student": []}
+            for _ in range(3):
+                for name, side in (("teacher", engine), ("student", other)):
+                    tok_s = await decode_speed(side, config.speed_batch, config.speed_tokens)
+                    speeds[name].append(tok_s)
+        finally:
+            await other.close()
     finally:
         await engine.close()
-    engine = run_engine(run, student)
-    try:
-        student_speed = await decode_speed(engine, config.speed_batch, config.speed_tokens)
-    finally:
-        await engine.close()
+    teacher_speed, student_speed = max(speeds["teacher"]), max(speeds["student"])
     log.info("decode: teacher %.0f tok/s, student %.0f tok/s", teacher_speed, student_speed)
     return SideBySide(
         teacher=config.teacher,
