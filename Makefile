@@ -66,6 +66,7 @@ bench: setup
 	$(PY) benchmarks/sandbox_humaneval.py
 	$(PY) benchmarks/generation.py
 	$(PY) benchmarks/async_vs_sync.py
+	$(PY) benchmarks/async_vs_sync.py --mode simulated
 	$(PY) benchmarks/scheduler_scale.py
 	$(PY) benchmarks/grpo_vs_trl.py
 	$(PY) benchmarks/learning_vs_trl.py
