@@ -63,6 +63,8 @@ test: setup test-deps lint
 	  $(VENV)/bin/pytest -q -p no:cacheprovider -m 'dtype and not slow' --auto-dtype $$other
 
 bench: setup
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[llamacpp]' || \
+	  echo "llama-cpp-python did not build: benchmarks/generation.py skips its llama.cpp column"
 	$(PY) benchmarks/sandbox_humaneval.py
 	$(PY) benchmarks/generation.py
 	$(PY) benchmarks/async_vs_sync.py

@@ -343,3 +343,19 @@ def test_a_model_spec_names_what_the_directory_is(tmp_path: Path) -> None:
         resolve_model(str(tmp_path / "missing"))
     (empty / "config.json").write_text("{}")
     assert resolve_model(str(empty)) == empty
+
+
+async def test_streamed_logits_rows_stay_those_of_their_token(model: Any, tokenizer: Any) -> None:
+    # The decoder reuses its logits buffer each step: a row kept by a listener must not change.
+    heard: list[tuple[int, int, float, torch.Tensor]] = []
+    async with HFEngine(model, tokenizer) as engine:
+        ids = prompts(tokenizer)
+        gens = await engine.generate(
+            [Prompt(token_ids=p) for p in ids],
+            GREEDY,
+            on_token=lambda i, token, logprob, row: heard.append((i, token, logprob, row)),
+        )
+    assert len(heard) == sum(len(g.token_ids) for g in gens)
+    for _, token, logprob, row in heard:
+        assert int(row.argmax()) == token
+        assert float(torch.log_softmax(row, -1)[token]) == pytest.approx(logprob, abs=1e-5)

@@ -9,7 +9,8 @@ Covered: one decode thread that batches every concurrent `generate` call (Llama-
 through `llama_decode.LlamaDecoder`, others through the HF forward), seeded sampling per request,
 logprobs under `log_softmax(logits / temperature)` before top-k/top-p, stop strings, a prefix
 cache across an episode's turns, weight updates between decode steps (partial rollouts),
-streaming, and EngineError for every failure; docs/rollout.md ("The modules in detail") says how.
+streaming, EngineError for every failure, and OpenMP workers that spin or sleep by the machine's
+load (`openmp.py`); docs/rollout.md ("The modules in detail") says how.
 Not covered: LoRA adapters (merge first), prefix caching on the generic path, tensor
 parallelism, speculative decoding, quantised weights.
 """
@@ -46,6 +47,7 @@ from honing.rollout.engines.llama_decode import (
     fast_path_reason,
     make_decoder,
 )
+from honing.rollout.engines.openmp import balance_pool
 
 DEFAULT_MAX_LEN = 4096
 PREFILL_TOKENS = 8192  # prompt tokens run in one prefill at most (a shared prefix once)
@@ -263,6 +265,7 @@ class HFEngine:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="hf-engine-decode", daemon=True)
         self._thread.start()
+        balance_pool(torch.get_num_threads())  # loading left this thread a pool: see openmp.py
 
     @classmethod
     def load(cls, spec: str | Path, *, dtype: Dtype = "auto", **kwargs: Any) -> HFEngine:
@@ -292,6 +295,8 @@ class HFEngine:
         if on_token is not None:
             for i, seq in enumerate(seqs):
                 seq.on_token = _bind(on_token, i)
+        # Whether the decode thread's OpenMP workers spin or sleep, by the load now (openmp.py).
+        balance_pool(torch.get_num_threads())
         with self._lock:
             if self._closed:
                 raise EngineError("the hf engine is closed")
@@ -497,7 +502,7 @@ class HFEngine:
             seq.versions.append(version)
             if seq.on_token is not None:
                 try:
-                    seq.on_token(token, logprob, logits[row])
+                    seq.on_token(token, logprob, logits[row].clone())  # the next step reuses it
                 except Exception as exc:  # the listener's fault: this sequence fails, not the batch
                     if not seq.future.done():
                         seq.future.set_exception(EngineError(f"on_token callback: {exc!r}"))
@@ -596,10 +601,9 @@ class HFEngine:
 def _sample(logits: torch.Tensor, seqs: list[_Seq]) -> tuple[list[int], list[float]]:
     """One token per row and its logprob (see the module docstring), the whole batch at once."""
     temps = [s.sampling.temperature for s in seqs]
-    if all(t == 0 for t in temps):
-        logp = torch.log_softmax(logits, -1)
-        chosen = logits.argmax(-1)
-        return chosen.tolist(), logp.gather(1, chosen[:, None])[:, 0].tolist()
+    if all(t == 0 for t in temps):  # no [n, vocab] log_softmax: the argmax's is max - logsumexp
+        best, chosen = logits.max(-1)
+        return chosen.tolist(), (best - torch.logsumexp(logits, -1)).tolist()
     device = logits.device
     temp = torch.tensor([t if t > 0 else 1.0 for t in temps], device=device)
     logp = torch.log_softmax(logits / temp[:, None], -1)
