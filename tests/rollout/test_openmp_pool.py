@@ -1,11 +1,13 @@
 """`balance_pool`: with idle cores the caller's OpenMP workers are freed (libgomp on Linux) so the
 decode thread's spin; under load (CPU pressure, else runnable threads of other processes) the
-caller holds a pool again so they sleep. Torch computes the same either way."""
+caller holds a pool again so they sleep; the ballast thread does the same from the decode loop.
+Torch computes the same either way."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,34 @@ def test_the_load_figures_parse_where_linux_has_them() -> None:
     if Path("/proc/pressure/cpu").exists():
         pressure = openmp.cpu_pressure()
         assert pressure is not None and 0.0 <= pressure <= 100.0
+
+
+def wait_for(predicate: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_the_ballast_holds_a_pool_while_the_cores_are_busy_and_frees_it_after(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ballast = openmp.Ballast(2)
+    try:
+        base = threads()  # the ballast thread itself, holding nothing yet
+        monkeypatch.setattr(openmp, "cpu_pressure", lambda: 60.0)
+        ballast.tick()
+        assert wait_for(lambda: ballast.holding)
+        assert threads() == base + 1  # its pool's worker: every worker of the process sleeps
+        monkeypatch.setattr(openmp, "cpu_pressure", lambda: 0.0)
+        ballast.tick()  # within TICK_SECONDS of the last look: the load is not read again
+        assert ballast.holding
+        ballast._next = 0.0
+        ballast.tick()
+        assert wait_for(lambda: not ballast.holding)
+        assert wait_for(lambda: threads() == base)
+    finally:
+        ballast.close()
+    assert not ballast._thread.is_alive()

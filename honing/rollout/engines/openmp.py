@@ -12,8 +12,16 @@ sleeping under another process's test run), as any torch program's does. So per 
 enough cores are idle, free the caller's idle pool (`omp_pause_resource_all`), and the decode
 thread's workers spin; when not, make sure the caller holds one, and they sleep. "Enough idle":
 Linux's CPU pressure over the last ~10 s, else a look at other processes' runnable threads.
-Covered: libgomp on Linux. Not covered: Intel's libiomp5 and macOS (no-ops), load that starts
-after the call (the next call adapts), pools of other threads.
+Load that starts during a long call is met by the decode thread itself: `Ballast` is a thread
+that holds a pool while the cores are busy (so the workers sleep) and frees it when they are
+idle again, re-judged about once a second (`Ballast.tick`, from the decode loop).
+
+    ballast = Ballast(threads)    # in the engine
+    ballast.tick()                # in the decode loop, before each step: cheap, rate-limited
+    ballast.close()
+
+Covered: libgomp on Linux. Not covered: Intel's libiomp5 and macOS (no-ops), pools of threads
+other than the caller's and the ballast's.
 """
 
 from __future__ import annotations
@@ -21,10 +29,12 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import time
 from functools import cache
 
 OMP_PAUSE_SOFT = 1  # OpenMP 5.0 omp_pause_soft: threads stop, state may be kept
 PRESSURE_LIMIT = 10.0  # percent of time some thread waited for a core: busy above
+TICK_SECONDS = 1.0  # how often the decode loop re-judges the load (PSI's avg10 moves in ~1 s)
 _released = threading.local()  # .pool: this thread's pool was freed by release_idle_pool
 
 
@@ -97,23 +107,29 @@ def cpu_pressure() -> float | None:
         return None
 
 
-def balance_pool(threads: int) -> str:
-    """Spin or sleep (see the module docstring), for a decode thread of `threads` threads;
-    which was chosen: "spin", "sleep", or "unknown" (nothing done). The cores count as busy when
-    threads waited for a core over more than PRESSURE_LIMIT% of the last ~10 s (CPU pressure, which
-    a blip does not move), else, where there is no such figure, when other processes' runnable
-    threads leave fewer idle cores than `threads` now."""
+def cores_busy(threads: int) -> bool | None:
+    """Whether a decode thread of `threads` threads would compete for the cores: threads waited
+    for a core over more than PRESSURE_LIMIT% of the last ~10 s (CPU pressure, which a blip does
+    not move), else, where there is no such figure, other processes' runnable threads leave
+    fewer idle cores than `threads` now. None where unknown (not Linux, no libgomp)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if cpus is None or _libgomp() is None:
-        return "unknown"
+        return None
     pressure = cpu_pressure()
     if pressure is not None:
-        busy = pressure > PRESSURE_LIMIT
-    else:
-        others = others_running()
-        if others is None:
-            return "unknown"
-        busy = cpus - others < threads
+        return pressure > PRESSURE_LIMIT
+    others = others_running()
+    if others is None:
+        return None
+    return cpus - others < threads
+
+
+def balance_pool(threads: int) -> str:
+    """Spin or sleep (see the module docstring), for a decode thread of `threads` threads;
+    which was chosen: "spin", "sleep", or "unknown" (nothing done), by `cores_busy`."""
+    busy = cores_busy(threads)
+    if busy is None:
+        return "unknown"
     if not busy:
         release_idle_pool()
         return "spin"
@@ -121,3 +137,61 @@ def balance_pool(threads: int) -> str:
         hold_pool()
         _released.pool = False
     return "sleep"
+
+
+class Ballast:
+    """A thread that holds an idle OpenMP pool while the cores are busy, so that every worker
+    of the process sleeps between parallel ops instead of spinning against other processes, and
+    frees it when they are idle again. Its work happens on its own thread (a pool belongs to the
+    thread that ran the op); `tick` only reads the load and hands the verdict over."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self.holding = False  # what the ballast thread last did
+        self._want = False
+        self._next = 0.0  # perf_counter of the next tick that looks at the load
+        self._closed = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="omp-ballast", daemon=True)
+        self._thread.start()
+
+    def tick(self) -> None:
+        """Re-judge the load when TICK_SECONDS have passed since the last look (else return at
+        once); the ballast thread follows the verdict."""
+        now = time.perf_counter()
+        if now < self._next:
+            return
+        self._next = now + TICK_SECONDS
+        busy = cores_busy(self.threads)
+        if busy is not None:
+            self.hold(busy)
+
+    def hold(self, busy: bool) -> None:
+        """Hold a pool (True) or free it (False), on the ballast thread, soon."""
+        with self._cond:
+            if busy != self._want:
+                self._want = busy
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import torch
+
+        torch.set_num_threads(self.threads)  # a new thread starts from OpenMP's global default
+        while True:
+            with self._cond:
+                while not self._closed and self._want == self.holding:
+                    self._cond.wait()
+                want = self._want and not self._closed
+            if want:
+                hold_pool()
+            else:
+                release_idle_pool()
+            self.holding = want
+            if self._closed:
+                return
