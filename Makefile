@@ -67,6 +67,7 @@ bench: setup
 	  echo "llama-cpp-python did not build: benchmarks/generation.py skips its llama.cpp column"
 	$(PY) benchmarks/sandbox_humaneval.py
 	$(PY) benchmarks/generation.py
+	$(PY) benchmarks/speculative.py
 	$(PY) benchmarks/async_vs_sync.py
 	$(PY) benchmarks/async_vs_sync.py --mode simulated
 	$(PY) benchmarks/scheduler_scale.py

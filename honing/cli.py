@@ -1286,6 +1286,19 @@ def serve_command(
     ] = None,
     dtype: Annotated[str, typer.Option(help="auto, bfloat16, float16, float32.")] = "auto",
     max_batch: Annotated[int, typer.Option(help="Sequences decoded together at most.")] = 32,
+    speculative: Annotated[
+        str | None,
+        typer.Option(
+            help="Speculative decoding of greedy requests: ngram (drafts copied from the prompt) "
+            "or draft (a small model with the same tokenizer, --draft-model)."
+        ),
+    ] = None,
+    speculative_tokens: Annotated[
+        int, typer.Option(help="--speculative: draft tokens verified per step at most.")
+    ] = 4,
+    draft_model: Annotated[
+        str | None, typer.Option(help="--speculative draft: the draft model's directory.")
+    ] = None,
 ) -> None:
     """An OpenAI-compatible server: /v1/chat/completions (tools, streaming, logprobs),
     /v1/completions (token-id prompts), /v1/models, and weight reloads (/reload_weights,
@@ -1293,6 +1306,7 @@ def serve_command(
     from pydantic import TypeAdapter
 
     from honing.precision import Dtype
+    from honing.rollout.engines.speculative import SpeculativeConfig
     from honing.serve import serve
 
     try:
@@ -1301,9 +1315,27 @@ def serve_command(
         raise _fail(_flag_errors(exc, "--dtype")) from exc
     if max_batch < 1:
         raise _fail(f"--max-batch {max_batch}: must be at least 1")
+    drafting: SpeculativeConfig | None = None
+    if speculative is not None:
+        try:
+            drafting = SpeculativeConfig(
+                method=speculative,  # validated here
+                tokens=speculative_tokens,
+                draft_model=draft_model,
+            )
+        except ValidationError as exc:
+            flags = {"tokens": "--speculative-tokens", "draft_model": "--draft-model"}
+            raise _fail("\n".join(
+                _flag_error(e, flags.get(str(e["loc"][0]), "--speculative")) if e["loc"]
+                else f"--speculative {speculative}: {e['ctx']['error']}"  # the flags together
+                for e in exc.errors()
+            )) from exc  # fmt: skip
+    elif draft_model is not None:
+        raise _fail("--draft-model is for --speculative draft; add it, or drop --draft-model")
     _log_to_stderr()
     try:
-        serve(model_dir, host=host, port=port, name=name, dtype=weights, max_batch=max_batch)
+        serve(model_dir, host=host, port=port, name=name, dtype=weights, max_batch=max_batch,
+              speculative=drafting)  # fmt: skip
     except HoningError as exc:
         raise _fail(str(exc)) from exc
     except OSError as exc:  # the port is taken, or the address is not ours

@@ -8,7 +8,8 @@ Endpoints: `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus: requests
 generation latency, requests in flight), `POST /v1/chat/completions`, `POST /v1/completions`,
 and the weight endpoints of vLLM that honing's `openai` engine calls (`POST /reload_weights`,
 `POST /v1/load_lora_adapter`). Every request calls `engine.generate` for its one prompt; the `hf`
-engine's continuous batching decodes the requests in flight together, and streams token by token.
+engine's continuous batching decodes the requests in flight together, and streams token by token
+(`speculative`: greedy requests decoded speculatively, `honing.rollout.engines.speculative`).
 Chat rendering is `honing.serve.chat`'s; errors are OpenAI-shaped. docs/serving.md has
 the fields, the weight and adapter semantics and the status codes.
 
@@ -48,6 +49,7 @@ from honing.rollout.engines.base import (
     WeightUpdate,
 )
 from honing.rollout.engines.hf import HFEngine
+from honing.rollout.engines.speculative import SpeculativeConfig
 from honing.rollout.saved_agent import SavedAgent, load_agent
 from honing.serve.chat import ChatRenderer, Rendered, cut_at_stop
 from honing.serve.lora import read_adapter
@@ -653,19 +655,24 @@ async def running_server(
     name: str | None = None,
     dtype: Dtype = "auto",
     max_batch: int = 32,
+    speculative: SpeculativeConfig | None = None,
 ) -> AsyncIterator[RunningServer]:
     """Serve `model` (a model directory, a built-in name, or a token engine with its tokenizer)
-    on host:port (0: a free port) until the block exits; an engine built here is closed then."""
+    on host:port (0: a free port) until the block exits; an engine built here is closed then.
+    `speculative`: the engine built here decodes speculatively (an engine given is used as is)."""
     owned = isinstance(model, (str, Path))
     if isinstance(model, (str, Path)):
         source = Path(model)
         engine: Engine = await asyncio.to_thread(
-            make_engine, f"model:{model}", dtype=dtype, max_batch=max_batch
-        )
+            make_engine, f"model:{model}", dtype=dtype, max_batch=max_batch,
+            speculative=speculative,
+        )  # fmt: skip
         served = name or (source.name if source.exists() else str(model))
         root = str(source)
         agent = load_agent(source) if source.is_dir() else None
     else:
+        if speculative is not None:
+            raise ConfigError("speculative: an engine given is served as built; build it so")
         engine, served, root, agent = model, name or model.name, "", None
     try:
         server = ModelServer(engine, name=served, root=root, agent=agent)
@@ -693,6 +700,7 @@ def background_server(
     name: str | None = None,
     dtype: Dtype = "auto",
     max_batch: int = 32,
+    speculative: SpeculativeConfig | None = None,
     timeout_s: float = 300.0,
 ) -> Iterator[RunningServer]:
     """`running_server` on its own event loop in a background thread, for synchronous callers
@@ -707,7 +715,8 @@ def background_server(
         loop = asyncio.get_running_loop()
         try:
             async with running_server(model, host=host, port=port, name=name, dtype=dtype,
-                                      max_batch=max_batch) as running:  # fmt: skip
+                                      max_batch=max_batch,
+                                      speculative=speculative) as running:  # fmt: skip
                 started.append(running)
                 stop.append(lambda: loop.call_soon_threadsafe(done.set))
                 ready.set()
@@ -737,21 +746,23 @@ def serve(
     name: str | None = None,
     dtype: Dtype = "auto",
     max_batch: int = 32,
+    speculative: SpeculativeConfig | None = None,
 ) -> None:
     """Serve a model directory until SIGINT or SIGTERM (blocking); prints the URL once ready."""
     asyncio.run(_serve(model_dir, host=host, port=port, name=name, dtype=dtype,
-                       max_batch=max_batch))  # fmt: skip
+                       max_batch=max_batch, speculative=speculative))  # fmt: skip
 
 
 async def _serve(model_dir: str | Path, *, host: str, port: int, name: str | None, dtype: Dtype,
-                 max_batch: int) -> None:  # fmt: skip
+                 max_batch: int, speculative: SpeculativeConfig | None) -> None:  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
         async with running_server(model_dir, host=host, port=port, name=name, dtype=dtype,
-                                  max_batch=max_batch) as running:  # fmt: skip
+                                  max_batch=max_batch,
+                                  speculative=speculative) as running:  # fmt: skip
             model = getattr(running.server.engine, "model", None)
             weights = str(model.dtype).removeprefix("torch.") if model is not None else "?"
             print(f"serving {running.server.name!r} at {running.base_url} in {weights} "

@@ -41,6 +41,7 @@ from honing.config import (
 from honing.envs.base import EnvConfig
 from honing.observe.sinks import ObserveConfig
 from honing.rollout.engines import Dtype
+from honing.rollout.engines.speculative import SpeculativeConfig
 from honing.rollout.ray.config import RayConfig
 from honing.rollout.saved_agent import SavedAgent
 from honing.rollout.team import TeamConfig
@@ -139,6 +140,11 @@ class EngineSettings(StrictModel):
         "(honing.trainer.precision); a dtype different from learner.dtype is a mixed setup.",
     )
     prefix_cache: bool = Field(True, description="Reuse the KV of earlier turns of an episode.")
+    speculative: SpeculativeConfig | None = Field(
+        None,
+        description="Speculative decoding in the hf engine (greedy rows only, so mostly for "
+        "evaluation at temperature 0): {method: ngram} or {method: draft, draft_model: DIR}.",
+    )
     url: str | None = Field(
         None,
         description="An OpenAI-compatible server (honing serve, vLLM, SGLang: http://HOST:PORT/v1) "
@@ -380,6 +386,12 @@ class TrainConfig(StrictModel):
                 "async.max_staleness > 0 overlaps the run's one learner with generation; "
                 "team.adapters: per_role (a learner per role) is not supported with it: use "
                 "team.adapters: shared, or async.max_staleness: 0"
+            )
+        if self.engine.speculative is not None and self.engine.url is not None:
+            raise ValueError(
+                f"engine.speculative is the in-process hf engine's; engine.url "
+                f"({self.engine.url}) is a server that decides its own (honing serve "
+                "--speculative): drop one of them"
             )
         if self.backend == "ray" and self.engine.url is not None:
             raise ValueError(

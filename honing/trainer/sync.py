@@ -291,4 +291,5 @@ def run_engine(config: TrainConfig, model: str) -> Engine:
         max_batch=1 if config.deterministic else config.engine.slots,
         prefix_cache=config.engine.prefix_cache and not config.deterministic,
         seed=config.seed,
+        speculative=config.engine.speculative,
     )

@@ -15,6 +15,8 @@ Not covered here: remote engine workers on Ray (`honing.rollout.ray`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from honing.errors import ConfigError
 from honing.rollout.engines.base import (
     Dtype,
@@ -25,6 +27,9 @@ from honing.rollout.engines.base import (
     SamplingParams,
     WeightUpdate,
 )
+
+if TYPE_CHECKING:
+    from honing.rollout.engines.speculative import SpeculativeConfig
 
 
 def make_engine(
@@ -37,14 +42,21 @@ def make_engine(
     tokens_of: str | None = None,
     lora_adapters: bool = False,
     dequantise: bool = False,
+    speculative: SpeculativeConfig | None = None,
 ) -> Engine:
     """The engine a spec names (see the module docstring): the one factory behind `honing
     train`, `eval`, `rollout`, `serve` and `export`. hf: `dtype`, `max_batch` (its decoding
-    slots), `prefix_cache`, `seed` and `dequantise` (an int8 export run with plain weights).
+    slots), `prefix_cache`, `seed`, `dequantise` (an int8 export run with plain weights) and
+    `speculative` (speculative decoding; off when None).
     openai: `tokens_of`, a model whose tokenizer makes the engine exchange token ids with the
     server (token-faithful rollouts, as training needs), and the server's `lora_adapters`
     (whether it hot-loads LoRA adapters, which weight sync uses)."""
     if spec.startswith("openai:"):
+        if speculative is not None:
+            raise ConfigError(
+                f"engine {spec!r}: speculative decoding is the hf engine's; a server decides its "
+                "own (vLLM: --speculative-config; honing serve: --speculative)"
+            )
         from honing.rollout.engines.openai import OpenAIConfig, OpenAIEngine
 
         url, _, model = spec.removeprefix("openai:").partition("#")
@@ -70,6 +82,7 @@ def make_engine(
         prefix_cache=prefix_cache,
         seed=seed,
         dequantise=dequantise,
+        speculative=speculative,
     )
 
 

@@ -9,10 +9,11 @@ Covered: one decode thread that batches every concurrent `generate` call (Llama-
 through `llama_decode.LlamaDecoder`, others through the HF forward), seeded sampling per request,
 logprobs under `log_softmax(logits / temperature)` before top-k/top-p, stop strings, a prefix
 cache across an episode's turns, weight updates between decode steps (partial rollouts),
-streaming, EngineError for every failure, and OpenMP workers that spin or sleep by the machine's
-load (`openmp.py`); docs/rollout.md ("The modules in detail") says how.
-Not covered: LoRA adapters (merge first), prefix caching on the generic path, tensor
-parallelism, speculative decoding, quantised weights.
+streaming, greedy speculative decoding (`speculative.py`, off by default), EngineError for every
+failure, and OpenMP workers that spin or sleep by the machine's load (`openmp.py`);
+docs/rollout.md ("The modules in detail") says how.
+Not covered: LoRA adapters (merge first), prefix caching and speculation on the generic path,
+speculation of sampled rows, tensor parallelism, quantised weights.
 """
 
 from __future__ import annotations
@@ -47,7 +48,13 @@ from honing.rollout.engines.llama_decode import (
     fast_path_reason,
     make_decoder,
 )
-from honing.rollout.engines.openmp import balance_pool
+from honing.rollout.engines.openmp import Ballast, balance_pool
+from honing.rollout.engines.speculative import (
+    Drafter,
+    SpeculativeConfig,
+    accepted_length,
+    make_drafter,
+)
 
 DEFAULT_MAX_LEN = 4096
 PREFILL_TOKENS = 8192  # prompt tokens run in one prefill at most (a shared prefix once)
@@ -92,6 +99,10 @@ class EngineStats:
     peak_batch: int = 0
     """The most sequences advanced together in one decode step (continuous batching at work
     when above 1)."""
+    draft_tokens: int = 0
+    """Draft tokens verified (speculative decoding)."""
+    accepted_tokens: int = 0
+    """Of those, the ones the model's own greedy choice confirmed."""
 
 
 @dataclass(eq=False)
@@ -214,6 +225,7 @@ class HFEngine:
         eos_ids: Collection[int] | None = None,
         prefix_cache: bool = True,
         dequantise: bool = False,
+        speculative: SpeculativeConfig | None = None,
     ) -> None:
         """`model`: a model directory (or a built-in name such as "default") or a loaded causal
         LM (used as is: its dtype and device). `max_batch`: sequences decoded together; more
@@ -222,7 +234,9 @@ class HFEngine:
         generation config's; empty: never stop on a token, as benchmarks need). `prefix_cache`:
         keep finished sequences' KV for the prompts that continue them (the fast path only;
         see the module docstring). `dequantise`: an int8 model directory is loaded with plain
-        weights (`honing.rollout.models.load_model`), which the fast path runs."""
+        weights (`honing.rollout.models.load_model`), which the fast path runs. `speculative`:
+        draft tokens verified several at a time (greedy rows, the fast path only; docs/rollout.md,
+        "Speculative decoding")."""
         from honing.rollout.models import load_model, load_tokenizer, resolve_model
 
         if max_batch < 1:
@@ -255,6 +269,18 @@ class HFEngine:
             if prefix_cache and isinstance(self._decoder, LlamaDecoder)
             else None
         )
+        self.speculative = speculative
+        self._drafter: Drafter | None = None
+        if speculative is not None:
+            why = fast_path_reason(model)
+            if why is not None:
+                raise ConfigError(
+                    f"speculative decoding needs the Llama fast path, which this model cannot "
+                    f"take: {why}"
+                )
+            self._drafter = make_drafter(
+                speculative, model, tokenizer, slots=max_batch, max_len=self.max_len
+            )
         self.stats = EngineStats()
         self._version = version
         self._seeds = random.Random(seed)
@@ -263,6 +289,7 @@ class HFEngine:
         self._updates: deque[_Update] = deque()
         self._active: list[_Seq] = []
         self._closed = False
+        self._ballast = Ballast(torch.get_num_threads())  # load that starts mid-call: openmp.py
         self._thread = threading.Thread(target=self._run, name="hf-engine-decode", daemon=True)
         self._thread.start()
         balance_pool(torch.get_num_threads())  # loading left this thread a pool: see openmp.py
@@ -333,6 +360,7 @@ class HFEngine:
             self._closed = True
             self._lock.notify()
         await asyncio.to_thread(self._thread.join)
+        await asyncio.to_thread(self._ballast.close)
 
     async def __aenter__(self) -> HFEngine:
         return self
@@ -404,6 +432,7 @@ class HFEngine:
                 self._apply(update)
             self._admit()
             if self._active:
+                self._ballast.tick()
                 self._step()
 
     def _apply(self, update: _Update) -> None:
@@ -484,12 +513,39 @@ class HFEngine:
         stats.decode_steps += 1
         stats.peak_batch = max(stats.peak_batch, len(self._active))
         try:
-            logits = self._decoder.decode(tokens, positions)
-            self._sample_and_retire(logits, 0)
+            drafts = self._drafts()
+            if not any(drafts):
+                logits = self._decoder.decode(tokens, positions)
+                self._sample_and_retire(logits, 0)
+                return
+            assert isinstance(self._decoder, LlamaDecoder)  # checked with the config
+            chunks = [[t, *d] for t, d in zip(tokens, drafts, strict=True)]
+            logits = self._decoder.score(chunks, positions)
+            self._accept(logits, drafts)
         except Exception as exc:
             self._fail(self._active, exc)
             self._active = []
             self._forget()
+
+    def _drafts(self) -> list[list[int]]:
+        """Each active row's draft tokens for this step ([] for none): greedy rows only, while
+        the batch is small enough to speculate, never past a row's budget."""
+        active = self._active
+        config = self.speculative
+        if self._drafter is None or config is None or len(active) > config.max_batch:
+            return [[] for _ in active]
+        limits = [
+            min(config.tokens, s.budget - len(s.tokens) - 1) if s.sampling.temperature == 0 else 0
+            for s in active
+        ]
+        rows = [i for i, k in enumerate(limits) if k > 0]
+        drafts: list[list[int]] = [[] for _ in active]
+        if rows:
+            contexts = [active[i].prompt + active[i].tokens for i in rows]
+            proposed = self._drafter.propose(contexts, [limits[i] for i in rows])
+            for i, row in zip(rows, proposed, strict=True):
+                drafts[i] = row
+        return drafts
 
     def _sample_and_retire(self, logits: torch.Tensor, first: int) -> None:
         """Sample one token for slots first.. from their logits; retire the finished ones."""
@@ -497,21 +553,51 @@ class HFEngine:
         chosen, logprobs = _sample(logits, seqs)
         version = self._version
         for row, (seq, token, logprob) in enumerate(zip(seqs, chosen, logprobs, strict=True)):
-            seq.tokens.append(token)
-            seq.logprobs.append(logprob)
-            seq.versions.append(version)
-            if seq.on_token is not None:
-                try:
-                    seq.on_token(token, logprob, logits[row].clone())  # the next step reuses it
-                except Exception as exc:  # the listener's fault: this sequence fails, not the batch
-                    if not seq.future.done():
-                        seq.future.set_exception(EngineError(f"on_token callback: {exc!r}"))
-                    continue
-            if token in self.eos_ids or self._hit_stop(seq):
-                seq.finish = FinishReason.STOP
-            elif len(seq.tokens) >= seq.budget:
-                seq.finish = FinishReason.LENGTH
+            self._emit(seq, token, logprob, logits[row], version)
         self._retire()
+
+    def _accept(self, logits: torch.Tensor, drafts: list[list[int]]) -> None:
+        """Speculative acceptance: `logits` holds each active row's len(drafts[i]) + 1 rows
+        (after its last token, then after each draft token); a row takes its model's tokens up
+        to and including the first one that differs from its draft (greedy: those plain
+        decoding would have made), fewer if it ends first; then retire the finished ones."""
+        seqs = self._active
+        owners = [s for s, d in zip(seqs, drafts, strict=True) for _ in range(len(d) + 1)]
+        chosen, logprobs = _sample(logits, owners)  # a sampled row has one row: one draw
+        version = self._version
+        stats = self.stats
+        at = 0
+        for seq, draft in zip(seqs, drafts, strict=True):
+            width = len(draft) + 1
+            keep = accepted_length(draft, chosen[at : at + width])
+            stats.draft_tokens += len(draft)
+            stats.accepted_tokens += keep - 1
+            for row in range(at, at + keep):
+                if not self._emit(seq, chosen[row], logprobs[row], logits[row], version):
+                    break
+            at += width
+        self._retire()
+
+    def _emit(
+        self, seq: _Seq, token: int, logprob: float, logits: torch.Tensor, version: int
+    ) -> bool:
+        """Append one sampled token to `seq`, stream it, and see whether `seq` is finished;
+        whether it goes on."""
+        seq.tokens.append(token)
+        seq.logprobs.append(logprob)
+        seq.versions.append(version)
+        if seq.on_token is not None:
+            try:
+                seq.on_token(token, logprob, logits.clone())  # the next step reuses the buffer
+            except Exception as exc:  # the listener's fault: this sequence fails, not the batch
+                if not seq.future.done():
+                    seq.future.set_exception(EngineError(f"on_token callback: {exc!r}"))
+                return False
+        if token in self.eos_ids or self._hit_stop(seq):
+            seq.finish = FinishReason.STOP
+        elif len(seq.tokens) >= seq.budget:
+            seq.finish = FinishReason.LENGTH
+        return seq.finish is None
 
     def _hit_stop(self, seq: _Seq) -> bool:
         stops = seq.sampling.stop

@@ -3,15 +3,17 @@
     decoder = make_decoder(model, slots=32, max_len=4096)
     logits = decoder.prefill(first_slot, [prompt_ids, ...])  # [b, vocab]: each prompt's last
     logits = decoder.decode(tokens, positions)               # [n, vocab] for slots 0..n-1
+    logits = decoder.score(chunks, positions)                # every chunk token's (LlamaDecoder)
     decoder.move(src, dst, length)                           # compact the batch
     decoder.refresh()                                        # after the weights changed
 
 Covered: `LlamaDecoder`, the fast path for Llama-family models (its own forward, fused
 projections, a static KV cache per slot that keeps finished sequences for the prefix cache, shared
-prefixes computed and read once), and `GenericDecoder`, the HF forward one sequence at a time
-for any other causal LM (docs/rollout.md, "The modules in detail"). Not covered: sampling,
-stopping, scheduling, which KV a slot holds (the engine, `hf.py`); prefix reuse on the generic
-path; sliding-window attention, biases in the projections, dynamic rope scaling, quantised weights.
+prefixes computed and read once, several positions a row in one step for speculative decoding),
+and `GenericDecoder`, the HF forward one sequence at a time for any other causal LM
+(docs/rollout.md, "The modules in detail"). Not covered: sampling, stopping, scheduling, which KV
+a slot holds (the engine, `hf.py`); prefix reuse and `score` on the generic path; sliding-window
+attention, biases in the projections, dynamic rope scaling, quantised weights.
 """
 
 from __future__ import annotations
@@ -296,11 +298,29 @@ class LlamaDecoder:
         length = min(self.shared[:n])
         return length if self.cascade and length >= MIN_SHARED_READ else 0
 
+    def score(self, chunks: list[list[int]], positions: list[int]) -> torch.Tensor:
+        """Speculative decoding's verify step: `chunks[i]` (a row's last token and its draft
+        tokens) runs at positions positions[i].. of slot i (slots 0..n-1, the KV before
+        positions[i] cached); the float32 logits of every chunk token, packed in row order:
+        [sum of the chunks' lengths, vocab]. The KV of draft tokens the engine rejects stays
+        past the row's length, hidden by the causal mask until later steps overwrite it."""
+        for slot, at in enumerate(positions):
+            if at < len(self.ids[slot]):  # overwrites a position of the prompt it held
+                self._carry([(slot, slot, at)])
+        return self._forward(0, chunks, positions, logits=True, every=True).float()
+
     def _forward(
-        self, first_slot: int, chunks: list[list[int]], starts: list[int], *, logits: bool
+        self,
+        first_slot: int,
+        chunks: list[list[int]],
+        starts: list[int],
+        *,
+        logits: bool,
+        every: bool = False,
     ) -> torch.Tensor:
         """Run `chunks` at positions starts[i].. of slots first_slot + i, whose first
-        `starts[i]` positions are already cached; the logits of each chunk's last token.
+        `starts[i]` positions are already cached; the logits of each chunk's last token (of
+        every token, packed, when `every`).
 
         The projections and the MLP run on the chunks' real tokens only, packed end to end:
         prompts that share a system prompt differ in goals of unequal length (16 to 39 tokens in
@@ -359,6 +379,8 @@ class LlamaDecoder:
             x = self._mlp(x, post_w, gate_up, down)
         if not logits:
             return x
+        if every:
+            return self.lm_head(self._norm(x, self.final_norm))
         last = torch.tensor(lens, device=device).cumsum(0) - 1
         return self.lm_head(self._norm(x[last], self.final_norm)).float()
 
