@@ -89,25 +89,26 @@ class Gains(StrictModel):
             "infra_failures": self.infra_failures,
         }
 
-    def figures(self) -> str | None:
+    def figures(self, trained: str = "RL") -> str | None:
         """`base X% → warm start W% → RL Y% (RL +Z pts, 95% CI a..b; n=N; infra failures F)`,
-        or None when no held-out set was evaluated."""
-        stages = [("base", self.base), ("warm start", self.warm), ("RL", self.rl)]
+        or None when no held-out set was evaluated; `trained` names the last stage (a
+        distillation run's is "distilled")."""
+        stages = [("base", self.base), ("warm start", self.warm), (trained, self.rl)]
         shown = " → ".join(f"{label} {_pct(s.success)}" for label, s in stages if s is not None)
         if not shown:
             return None
         if self.rl_gain is None or self.ci_low is None or self.ci_high is None:
-            missing = "after RL" if self.rl is None else "before RL to compare with"
+            missing = f"after {trained}" if self.rl is None else f"before {trained} to compare with"
             return f"{shown} (no evaluation {missing}; infra failures {self.infra_failures})"
         return (
-            f"{shown} (RL {_pts(self.rl_gain)}, 95% CI {_pts(self.ci_low, unit=False)}.."
+            f"{shown} ({trained} {_pts(self.rl_gain)}, 95% CI {_pts(self.ci_low, unit=False)}.."
             f"{_pts(self.ci_high, unit=False)}; n={self.n}; infra failures "
             f"{self.infra_failures})"
         )
 
-    def line(self, name: str, minutes: float) -> str:
+    def line(self, name: str, minutes: float, trained: str = "RL") -> str:
         """`NAME: held-out success FIGURES in M min` (see `figures`)."""
-        figures = self.figures()
+        figures = self.figures(trained)
         took = f"in {minutes:.1f} min"
         if figures is None:
             return f"{name}: no held-out success measured {took}"

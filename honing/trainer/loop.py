@@ -355,9 +355,10 @@ class Trainer:
                 if done % cfg.checkpoint.every == 0 or done == total:
                     self._activity("checkpoint")
                     self.checkpoint()
+        trained = "distilled" if cfg.learner.advantage == "distill" else "RL"
         result = TrainResult.of(self.rundir.path, self.state.step, self.state.evals,
                                 self.state.forgetting, self.elapsed(), self.precision,
-                                self.match)  # fmt: skip
+                                self.match, trained)  # fmt: skip
         finish_run(result, cfg.name)
         self.rundir.push()  # config.remote: the finished run at its URL
         return result

@@ -147,6 +147,7 @@ class TrainResult:
     evals: list[EvalPoint] = field(default_factory=list)
     precision: RunPrecision | None = None
     match: MatchReport | None = None  # the start-up check: engine vs learner logprobs
+    trained: str = "RL"  # the last stage's name in the line ("distilled": advantage distill)
 
     @staticmethod
     def of(
@@ -157,6 +158,7 @@ class TrainResult:
         elapsed_s: float,
         precision: RunPrecision | None,
         match: MatchReport | None,
+        trained: str = "RL",
     ) -> TrainResult:
         """The result of a run with these evaluations: "before" is the evaluation before
         training, "after" the last one (the latest step-0 one when no update was evaluated)."""
@@ -172,6 +174,7 @@ class TrainResult:
             evals=list(evals),
             precision=precision,
             match=match,
+            trained=trained,
         )
 
     @staticmethod
@@ -187,7 +190,7 @@ class TrainResult:
     def line(self, name: str) -> str:
         """`NAME: held-out success base X% → warm start W% → RL Y% (RL +Z pts, 95% CI a..b;
         n=N; infra failures F) in M min` (honing.trainer.gains)."""
-        return self.gains.line(name, self.elapsed_s / 60)
+        return self.gains.line(name, self.elapsed_s / 60, self.trained)
 
 
 def result_json(result: TrainResult, name: str) -> dict[str, Any]:

@@ -197,6 +197,8 @@ def test_honing_distill_sets_the_teacher_beside_the_student(teacher: Path, tmp_p
     assert side["teacher_layers"] == 4 and side["student_layers"] == 2 and side["line"] == last
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["learner"]["advantage"] == "distill"
+    result = json.loads((run / "result.json").read_text())
+    assert " → distilled " in result["line"] and " RL " not in result["line"]  # its stage's name
     assert saved["learner"]["teacher"] == str(teacher)
     assert saved["model"] == str(run / "student")
     # every update trained toward the teacher (that it learns: the test above)
@@ -209,7 +211,8 @@ def test_the_example_config_loads(project_dir: Path) -> None:
     from honing.config import load_yaml_model
 
     config = load_yaml_model(project_dir / "examples" / "distill.yaml", DistillConfig)
-    assert config.student.layers == 15
+    assert config.student.layers == 20
     run = config.train_config("runs/distill/student")
+    assert run.warm_start is not None and run.learner.distill_clip == 3.0
     assert run.learner.advantage == "distill" and run.learner.teacher == config.teacher
     assert run.model == "runs/distill/student" and not run.learner.dynamic_sampling

@@ -36,6 +36,9 @@ def test_the_rl_gain_is_measured_from_the_warm_start_not_the_base() -> None:
         f"q: held-out success base 0% → warm start 50% → RL 75% (RL +25 pts, 95% CI "
         f"{low:+d}..{high:+d}; n=4; infra failures 0) in 1.5 min"
     )
+    assert gains.line("d", 1.5, trained="distilled").startswith(
+        "d: held-out success base 0% → warm start 50% → distilled 75% (distilled +25 pts"
+    )
     summary = gains.summary()
     assert summary["rl_gain"] == 0.25 and summary["ci95"] == [interval.low, interval.high]
     assert summary["warm_start"] == {"step": 0, "success": 0.5, "passed": 2, "total": 4,
