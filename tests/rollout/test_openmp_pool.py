@@ -88,3 +88,23 @@ def test_the_ballast_holds_a_pool_while_the_cores_are_busy_and_frees_it_after(
     finally:
         ballast.close()
     assert not ballast._thread.is_alive()
+
+
+def test_the_ballast_leaves_torchs_thread_settings_alone(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch.set_num_threads also turns MKL's dynamic threading off for the whole process, which
+    made every later decode step's attention ~2x slower; the ballast's pool takes torch's thread
+    count without it."""
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    monkeypatch.setattr(openmp, "cpu_pressure", lambda: 60.0)
+    ballast = openmp.Ballast(2)
+    try:
+        base = threads()
+        ballast.tick()
+        assert wait_for(lambda: ballast.holding)
+        assert threads() == base + 1  # a pool of torch's 2 threads: one worker besides itself
+    finally:
+        ballast.close()
+    assert calls == []
