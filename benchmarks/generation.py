@@ -59,6 +59,7 @@ import torch
 from honing.precision import auto_dtype, native_bf16
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.hf import HFEngine
+from honing.rollout.engines.llama_decode import LlamaDecoder
 from honing.rollout.models import GGUF_FILE, load_model, load_tokenizer, resolve_model
 
 BATCH = 32
@@ -284,12 +285,86 @@ def same_rows(reference: list[list[int]], other: list[list[int]], eos: int) -> i
 
 
 @dataclass
+class Ceiling:
+    """What honing's own kernels need at least for the workload: one decode step's projections
+    and LM head alone (the decoder's oneDNN linears on a [batch, hidden] input), its attention
+    alone (the decoder's SDPA call, every layer, over contiguous keys as long as the batch's
+    mean context halfway through), and the batch's prefill (the decoder's, whole)."""
+
+    linears_s: float
+    attention_s: float
+    prefill_s: float
+
+    def tok_s(self, total: int, steps: int) -> float:
+        """The throughput these kernels allow if every other op of a step (norms, rotary, KV
+        writes, residual adds, sampling, Python) took no time."""
+        return total / (self.prefill_s + steps * (self.linears_s + self.attention_s))
+
+
+def best_time(run: Any, repeat: int) -> float:
+    """The least wall time of `repeat` calls of `run()`, after one untimed call."""
+    run()
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def kernel_ceiling(
+    model: Any, prompts: list[list[int]], new_tokens: int, repeat: int = 10
+) -> Ceiling:
+    """`Ceiling` for decoding `new_tokens` after each of `prompts` as one batch with honing's
+    Llama decoder (a Llama-family `model`)."""
+    n, longest = len(prompts), max(map(len, prompts))
+    decoder = LlamaDecoder(model, slots=n, max_len=longest + new_tokens)
+    cfg = model.config
+    dtype, dim = decoder.dtype, decoder.head_dim
+    context = sum(map(len, prompts)) // n + new_tokens // 2
+    generator = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return (torch.randn(shape, generator=generator) * 0.1).to(dtype)
+
+    x, heads = randn(n, cfg.hidden_size), randn(n, decoder.n_heads * dim)
+    mid = randn(n, cfg.intermediate_size)
+    q = randn(n, decoder.n_heads, 1, dim)
+    keys = randn(cfg.num_hidden_layers, n, decoder.n_kv, context, dim)
+    values = randn(cfg.num_hidden_layers, n, decoder.n_kv, context, dim)
+    bias = torch.zeros((n, 1, 1, context), dtype=dtype)
+
+    def linears() -> None:
+        for _, qkv, o_proj, _, gate_up, down in decoder.layers:
+            qkv(x)
+            o_proj(heads)
+            gate_up(x)
+            down(mid)
+        decoder.lm_head(x)
+
+    def attention() -> None:
+        for layer in range(cfg.num_hidden_layers):
+            torch.nn.functional.scaled_dot_product_attention(
+                q, keys[layer], values[layer], attn_mask=bias, scale=decoder.scale,
+                enable_gqa=True,
+            )  # fmt: skip
+
+    with torch.inference_mode():
+        return Ceiling(
+            linears_s=best_time(linears, repeat),
+            attention_s=best_time(attention, repeat),
+            prefill_s=best_time(lambda: decoder.prefill(0, prompts), 3),
+        )
+
+
+@dataclass
 class Result:
     """One dtype's figures: tok/s of each run per side, and the memory limit's tok/s."""
 
     dtype: str
     limit: float
     runs: dict[str, list[float]] = field(default_factory=dict)
+    ceiling: float | None = None  # tok/s honing's kernels alone allow (`Ceiling`)
 
     def best(self, side: str) -> float | None:
         return max(self.runs[side]) if self.runs.get(side) else None
@@ -353,6 +428,17 @@ async def run_dtype(
         if llama_tokens is not None:
             agree += f", llama.cpp {same_rows(honing_tokens, llama_tokens, eos)}/{BATCH}"
         print(f"rows with honing's tokens (up to an EOS): {agree}", flush=True)
+        ceiling = kernel_ceiling(model, prompts, NEW_TOKENS)
+        result.ceiling = ceiling.tok_s(total, NEW_TOKENS - 1)
+        print(
+            f"[{dtype}] honing's kernels alone: linears {ceiling.linears_s * 1e3:.1f} ms + "
+            f"attention {ceiling.attention_s * 1e3:.1f} ms a step (the memory limit: "
+            f"{weights / bandwidth * 1e3:.1f} ms), prefill {ceiling.prefill_s:.2f} s: at most "
+            f"{result.ceiling:.0f} tok/s ({result.ceiling / limit:.0%} of the memory limit, "
+            f"{result.ceiling / (result.best('hf.generate') or 1.0):.1f}x hf.generate) if "
+            "every other op were free",
+            flush=True,
+        )
     finally:
         if llama is not None:
             llama.close()
@@ -384,7 +470,9 @@ async def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--no-llama-cpp", action="store_true", help="skip the llama.cpp column")
     args = parser.parse_args()
-    if args.threads:
+    if args.threads and args.threads != torch.get_num_threads():
+        # Only when it changes something: the call also turns MKL's dynamic threading off for
+        # the process, which made attention ~2x slower on both sides (docs/rollout.md).
         torch.set_num_threads(args.threads)
     if args.dtype == "all":
         dtypes = ["float32", "bfloat16"] if native_bf16("cpu") else ["float32"]
@@ -407,6 +495,10 @@ async def main() -> None:
             if best is not None:
                 runs = ", ".join(f"{v:.0f}" for v in res.runs[side])
                 parts.append(f"{side} {best:.0f} tok/s ({best / res.limit:.0%}; runs {runs})")
+        if res.ceiling is not None:
+            parts.append(
+                f"honing's kernels alone {res.ceiling:.0f} tok/s ({res.ceiling / res.limit:.0%})"
+            )
         print(f"{res.dtype}: " + "; ".join(parts) + f"; memory limit {res.limit:.0f} tok/s")
     top = max(results, key=lambda r: r.best("honing") or 0.0)
     hf_rate, honing_rate = top.best("hf.generate") or 0.0, top.best("honing") or 0.0

@@ -432,8 +432,8 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be at least 1 and --warmup at least 0")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads and args.threads != torch.get_num_threads():
+        torch.set_num_threads(args.threads)  # only then: it slows attention (docs/rollout.md)
     return Settings(
         model=resolve_model(args.model),
         steps=args.steps,

@@ -264,8 +264,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--draft-model", default=None, help="a draft model instead of n-grams")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads and args.threads != torch.get_num_threads():
+        torch.set_num_threads(args.threads)  # only then: it slows attention (docs/rollout.md)
     asyncio.run(run(args))
 
 
