@@ -5,6 +5,8 @@ versus sequential calls, seeded sampling, stopping, weight updates mid-generatio
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +15,10 @@ import torch
 from hf_helpers import hf_greedy, prompts
 
 from honing.errors import EngineError
+from honing.rollout.engines import hf as hf_module
 from honing.rollout.engines.base import FinishReason, Prompt, SamplingParams, WeightUpdate
 from honing.rollout.engines.hf import HFEngine
+from honing.rollout.engines.openmp import release_idle_pool
 from honing.rollout.models import load_model
 
 GREEDY = SamplingParams(temperature=0, max_new_tokens=24)
@@ -359,3 +363,29 @@ async def test_streamed_logits_rows_stay_those_of_their_token(model: Any, tokeni
     for _, token, logprob, row in heard:
         assert int(row.argmax()) == token
         assert float(torch.log_softmax(row, -1)[token]) == pytest.approx(logprob, abs=1e-5)
+
+
+async def test_an_idle_engine_frees_its_decode_threads_openmp_workers(
+    model: Any, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of work, the decode thread frees its OpenMP workers (openmp.py), so that the
+    process's other torch work (a learner's update between two generations) does not find more
+    workers than cores and sleep between its ops."""
+    released: list[tuple[str, int]] = []  # (thread, decode steps so far) of each call
+    engines: list[HFEngine] = []
+
+    def record() -> bool:
+        steps = engines[0].stats.decode_steps if engines else 0
+        released.append((threading.current_thread().name, steps))
+        return release_idle_pool()
+
+    monkeypatch.setattr(hf_module, "release_idle_pool", record)
+    async with HFEngine(model, tokenizer) as engine:
+        engines.append(engine)
+        [p] = prompts(tokenizer)[:1]
+        await engine.generate([Prompt(token_ids=p)], GREEDY)
+        deadline = time.monotonic() + 10
+        while not any(steps > 0 for _, steps in released):  # after it decoded, idle again
+            assert time.monotonic() < deadline, f"no release after decoding: {released}"
+            await asyncio.sleep(0.01)
+    assert {name for name, _ in released} == {"hf-engine-decode"}
