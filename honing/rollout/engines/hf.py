@@ -426,8 +426,8 @@ class HFEngine:
             if idle:
                 # Out of work: free this thread's OpenMP workers, so that the process's other
                 # torch work (the learner's update, between two generations) finds no more
-                # workers than cores and its own spin (openmp.py): 3.4-4.8 s a GRPO update
-                # against 2.2-2.5 s. The next step makes them again (~0.1 ms).
+                # workers than cores and its own spin (openmp.py): benchmarks/grpo_vs_trl.py's
+                # step took 4.3-4.8 s against 5.4-6.0. The next step makes them again.
                 release_idle_pool()
             with self._lock:
                 while not (self._closed or self._waiting or self._updates or self._active):
