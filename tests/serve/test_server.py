@@ -150,6 +150,7 @@ async def test_tokens_are_streamed_while_the_engine_is_still_decoding(
     original = decoder.decode
     held = threading.Event()
     release = threading.Event()
+    resumed = threading.Event()  # the loop goes on: released, or the failsafe ran out
     steps = 0
 
     def gated(tokens: list[int], positions: list[int]) -> Any:
@@ -158,6 +159,7 @@ async def test_tokens_are_streamed_while_the_engine_is_still_decoding(
         if steps == 3:
             held.set()
             release.wait(30)  # the failsafe: a buffering server gets its tokens only after it
+            resumed.set()
         return original(tokens, positions)
 
     monkeypatch.setattr(decoder, "decode", gated)
@@ -170,15 +172,27 @@ async def test_tokens_are_streamed_while_the_engine_is_still_decoding(
         max_tokens=24,
         extra_body={"return_token_ids": True},
     )
-    streamed_while_held = 0
     tokens = 0
-    async for chunk in stream:
-        ids = (chunk.choices[0].model_extra or {}).get("token_ids") if chunk.choices else None
-        tokens += len(ids or [])
-        if ids and held.is_set() and not release.is_set():
-            streamed_while_held = tokens
-            release.set()
-    release.set()
+
+    async def read() -> None:
+        nonlocal tokens
+        async for chunk in stream:
+            ids = (chunk.choices[0].model_extra or {}).get("token_ids") if chunk.choices else None
+            tokens += len(ids or [])
+
+    reader = asyncio.create_task(read())
+    try:
+        assert await asyncio.to_thread(held.wait, 30), "the decode loop never reached step 3"
+        # The client reads on while the loop stays held (a loaded one may not have read the
+        # first chunks yet); a buffering server sends nothing until the end.
+        deadline = time.monotonic() + 10
+        while tokens < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        streamed_while_held = tokens
+        assert not resumed.is_set()
+    finally:
+        release.set()
+    await reader
     assert streamed_while_held >= 2  # the prefill's token and the first decode step's
     assert tokens == 24
     await client.close()
