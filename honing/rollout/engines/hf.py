@@ -422,16 +422,15 @@ class HFEngine:
     def _loop(self) -> None:
         while True:
             with self._lock:
-                idle = not (self._closed or self._waiting or self._updates or self._active)
-            if idle:
-                # Out of work: free this thread's OpenMP workers, so that the process's other
-                # torch work (the learner's update, between two generations) finds no more
-                # workers than cores and its own spin (openmp.py): benchmarks/grpo_vs_trl.py's
-                # step took 4.3-4.8 s against 5.4-6.0. The next step makes them again.
-                release_idle_pool()
-            with self._lock:
-                while not (self._closed or self._waiting or self._updates or self._active):
-                    self._lock.wait()
+                if not self._has_work():
+                    # Out of work: free this thread's OpenMP workers, so that the process's
+                    # other torch work (the learner's update, between two generations) finds no
+                    # more workers than cores and its own spin (openmp.py): the GRPO step of
+                    # benchmarks/grpo_vs_trl.py took 4.3-4.8 s against 5.4-6.0. The next step
+                    # makes them again.
+                    release_idle_pool()
+                    while not self._has_work():
+                        self._lock.wait()
                 if self._closed:
                     return
                 updates = list(self._updates)
@@ -442,6 +441,10 @@ class HFEngine:
             if self._active:
                 self._ballast.tick()
                 self._step()
+
+    def _has_work(self) -> bool:
+        """Something for the loop to do (closing counts); call with the lock held."""
+        return bool(self._closed or self._waiting or self._updates or self._active)
 
     def _apply(self, update: _Update) -> None:
         try:
