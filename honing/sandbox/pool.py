@@ -12,13 +12,15 @@
 
 `pool.enforcement` says how limits hold (docs/sandbox.md, "Enforcement"). Crashed cells are
 replaced without losing queued runs; sandbox failures are never program errors ("API").
-A pool's directory carries its pid; `sweep_stale_roots` removes those of dead processes at start.
+A live pool holds a lock on `OWNER_LOCK` in its directory; at start, `sweep_stale_roots`
+removes the directories whose lock nobody holds (pools killed without closing).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import itertools
 import logging
 import os
@@ -53,56 +55,115 @@ NO_ISOLATION_WARNING = (
     "and network. Use this for development only; set sandbox.isolation: bwrap for real runs."
 )
 _warned: set[str] = set()  # enforcement warnings already logged by this process
-LEGACY_ROOT_MAX_AGE_S = 24 * 3600  # a root named without a pid (older honing) is removed this old
+LEGACY_ROOT_MAX_AGE_S = 24 * 3600  # a root without a lock file (older honing) goes this old
 _MKDTEMP_SUFFIX = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")  # tempfile's name characters
+OWNER_LOCK = ".owner.lock"  # in a pool's root: flock()ed by the live pool (`_lock_root`)
+_held_locks: dict[int, tuple[int, int]] = {}  # this process's owner locks: fd -> (st_dev, st_ino)
+
+
+def _close_inherited_locks() -> None:
+    # A child forked without exec (a fork-started worker) shares the pool's open file
+    # description, and with it the lock: it would keep a killed pool's root for its whole life.
+    # Closing its copy leaves the parent's lock as it is (LOCK_UN would release it for both).
+    for fd in _held_locks:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held_locks.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_locks)
+
+
+def _lock_root(root: Path) -> int:
+    """Hold `root`'s owner lock until `_unlock_root`; returns its fd.
+
+    The lock is a flock() on an open file description: the kernel keeps it for every process
+    whatever its pid namespace, and drops it when the holder dies, SIGKILL included. The file is
+    created and locked under another name, then renamed to `OWNER_LOCK`: a sweeper never sees it
+    unlocked while the pool lives, and until the rename it sees a fresh root without a lock
+    file, which it keeps. The fd is O_CLOEXEC, and cells are started with close_fds: none of
+    them holds it."""
+    staging = root / f"{OWNER_LOCK}.new"
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(staging, flags, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(staging, root / OWNER_LOCK)
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    _held_locks[fd] = (st.st_dev, st.st_ino)
+    return fd
+
+
+def _unlock_root(fd: int) -> None:
+    del _held_locks[fd]
+    os.close(fd)
 
 
 def sweep_stale_roots(parent: Path, prefix: str) -> int:
     """Remove the pool directories in `parent` left by pools that were never closed (a process
     killed by SIGKILL or the OOM killer); returns how many were removed.
 
-    `{prefix}{pid}-{random}` is removed when no process `pid` exists. `{prefix}{random}`, named
-    by honing before roots carried a pid, has no known owner: it is removed once its mtime is
-    `LEGACY_ROOT_MAX_AGE_S` (24 hours) old. Only directories owned by this uid are touched,
-    never through a symlink. Another process may sweep the same directory at once: what it
-    removed first is skipped.
+    A root `{prefix}{pid}-{random}` with an `OWNER_LOCK` file is removed when nobody holds the
+    lock; the pid in its name is not trusted, since pids are per pid namespace. A root of older
+    honing has no lock file: `{prefix}{pid}-{random}` is removed once its mtime is
+    `LEGACY_ROOT_MAX_AGE_S` (24 hours) old and no process `pid` exists here, `{prefix}{random}`
+    once it is that old. Only directories owned by this uid are touched, never through a
+    symlink. Another process may sweep the same directory at once: what it removed first, or
+    holds locked while removing, is skipped.
     """
-    if not Path("/proc/self").exists():
-        return 0  # without procfs (not Linux) no process can be told dead
     removed = 0
     try:
         entries = [e for e in os.scandir(parent) if e.name.startswith(prefix)]
     except OSError:
         return 0
     for entry in entries:
-        if not _is_stale_root(entry, entry.name[len(prefix) :]):
-            continue
         with contextlib.suppress(OSError):
-            fs.wipe(Path(entry.path))
-            os.rmdir(entry.path)
-            removed += 1
+            if _remove_if_stale(entry, entry.name[len(prefix) :]):
+                removed += 1
     if removed:
         log.info("removed %d pool directories in %s left by dead processes", removed, parent)
     return removed
 
 
-def _is_stale_root(entry: os.DirEntry[str], rest: str) -> bool:
-    try:
-        st = entry.stat(follow_symlinks=False)
-    except OSError:
-        return False
+def _remove_if_stale(entry: os.DirEntry[str], rest: str) -> bool:
+    st = entry.stat(follow_symlinks=False)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         return False
     pid, dash, suffix = rest.partition("-")
-    if dash:
-        # A live pid keeps its root even when pid reuse gave it to another program: such a leak
-        # waits for a sweep after that process ends. Pids are this pid namespace's: pools in
-        # another namespace sharing the directory are not told apart.
-        if not (pid.isascii() and pid.isdigit() and suffix):
-            return False
-        return not os.path.exists(f"/proc/{pid}")
-    legacy = len(rest) == 8 and set(rest) <= _MKDTEMP_SUFFIX
-    return legacy and time.time() - st.st_mtime > LEGACY_ROOT_MAX_AGE_S
+    if dash and not (pid.isascii() and pid.isdigit() and suffix):
+        return False
+    if not dash and not (len(rest) == 8 and set(rest) <= _MKDTEMP_SUFFIX):
+        return False
+    with contextlib.ExitStack() as opened:
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        root = os.open(entry.path, flags | os.O_DIRECTORY)
+        opened.callback(os.close, root)
+        try:
+            lock = os.open(OWNER_LOCK, flags | os.O_NONBLOCK, dir_fd=root)
+        except FileNotFoundError:  # older honing, or a pool between mkdtemp and `_lock_root`
+            if time.time() - st.st_mtime <= LEGACY_ROOT_MAX_AGE_S:
+                return False
+            if dash and (not Path("/proc/self").exists() or Path(f"/proc/{pid}").exists()):
+                return False  # perhaps alive: a pid alone never proves a root dead
+        else:
+            opened.callback(os.close, lock)
+            lock_st = os.fstat(lock)
+            if not stat.S_ISREG(lock_st.st_mode):
+                return False
+            # This process's own pool: where flock() is emulated by POSIX locks (NFS), a lock
+            # would not conflict with one of its own process.
+            if (lock_st.st_dev, lock_st.st_ino) in _held_locks.values():
+                return False
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # a live pool holds it
+        fs.wipe(Path(entry.path))  # held locked, so that no other sweeper starts on it
+        os.rmdir(entry.path)
+    return True
 
 
 class PoolState(Enum):
@@ -242,6 +303,7 @@ class SandboxPool:
         self._runtimes = runtimes or RuntimeStore()
         self._root: Path | None = None
         self._owns_root = False
+        self._owner_lock: int | None = None  # the fd of the root's OWNER_LOCK, held till close
         self._cgroups: PoolCgroups | None = None
         self._enforcement: Enforcement | None = None
         self._launcher: Launcher | None = None
@@ -313,6 +375,7 @@ class SandboxPool:
         self._cgroups = PoolCgroups() if cfg.isolation == "bwrap" else None
         self.state = PoolState.RUNNING
         try:
+            self._owner_lock = _lock_root(self._root)
             self._check_cgroup_requirement()
             compiled = compile_zygote(self._root, cfg.isolation)
             self._launcher = replace(self._launcher, compiled=compiled)
@@ -427,6 +490,9 @@ class SandboxPool:
             with contextlib.suppress(OSError):
                 fs.wipe(self._root)
                 self._root.rmdir()
+        if self._owner_lock is not None:  # released last: a sweeper never races this removal
+            _unlock_root(self._owner_lock)
+            self._owner_lock = None
 
     @property
     def size(self) -> int:
