@@ -55,7 +55,16 @@ def play_references(
 
     async def check(tasks: Sequence[Any], pool: SandboxPool) -> dict[str, ReferenceVerdict]:
         judged = [t for t in tasks if t.reference is not None]
-        verdicts = await asyncio.gather(*(one(t, pool) for t in judged))
+        # A step's time limit counts its wait for a cell: started all at once, hundreds of
+        # episodes would queue past it and a good reference would fail. Two episodes a cell
+        # keep every cell busy.
+        slots = asyncio.Semaphore(2 * max(1, pool.size))
+
+        async def bounded(task: Any) -> ReferenceVerdict:
+            async with slots:
+                return await one(task, pool)
+
+        verdicts = await asyncio.gather(*(bounded(t) for t in judged))
         return {t.id: v for t, v in zip(judged, verdicts, strict=True)}
 
     return check

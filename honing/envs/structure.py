@@ -6,8 +6,11 @@ text-only policies; the PNG is its image and `last_render`), `inspect`, `rollbac
 scene that built as a closed solid), `submit` (the kernel's comparison: volume IoU, extents,
 volume, holes, bodies, watertightness, materials, lights, and the image similarity when the task
 asks for it); process rewards `built`, `watertight` and one `met:<constraint>` per constraint.
-Everything runs in the sandbox (`honing.tasks.structure.runtime`); a kernel or sandbox failure
-is an infrastructure failure, never a verdict. Not covered: the kernel (`kernel.py`).
+Everything runs in the sandbox (`honing.tasks.structure.runtime`). A script runs alone and
+gives back only a scene, as data, which a fresh kernel run builds: what the script's run does
+(an exit, a signal, a forged reply) is the model's failure, and the model's code never enters
+the run that compares with the target. A failure of the sandbox or of the kernel on the task's
+own target is infrastructure, never a verdict. Not covered: the kernel (`kernel.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from honing.errors import SandboxError
 from honing.risk import RiskEvent
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
-from honing.tasks.structure.runtime import run_kernel_audited
+from honing.tasks.structure.runtime import run_kernel_audited, run_script_audited, scene_problem
 from honing.tasks.structure.task import StructureTask
 
 RENDER_SIZE = 256
@@ -139,7 +142,13 @@ class StructureEnv(Environment):
 
     async def _call(self, call: ToolCall) -> CallOutcome:
         self._risks = []
-        outcome = await self._tool(call)
+        try:
+            outcome = await self._tool(call)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            # Only the kernel's replies are read unchecked, and no model code runs where they
+            # are made: a reply that breaks this is the kernel's failure, never the model's.
+            outcome = CallOutcome(False, f"structure kernel: a malformed reply ({exc!r})",
+                                  FailureReason.VERIFIER_CRASH)  # fmt: skip
         outcome.risks.extend(self._risks)
         return outcome
 
@@ -192,19 +201,33 @@ class StructureEnv(Environment):
         if script is not None and not isinstance(script, str):
             return CallOutcome(False, "build: 'script' must be a string",
                                FailureReason.MALFORMED_ACTION)  # fmt: skip
-        request = {"op": "build", "scene": scene} if scene is not None else {
-            "op": "script", "code": script}  # fmt: skip
-        reply = await self._kernel(request)
+        printed, made_by = "", ""
+        if script is not None:
+            try:
+                run = await run_script_audited(self.pool, script)
+            except SandboxError as exc:
+                return CallOutcome(False, f"the script could not be run: {exc}",
+                                   FailureReason.SANDBOX_ERROR)  # fmt: skip
+            self._risks.extend(run.risks)
+            if run.scene is None:
+                return CallOutcome(False, f"build failed: {run.error}", FailureReason.TOOL_ERROR,
+                                   components={"built": 0.0})  # fmt: skip
+            scene, printed, made_by = run.scene, run.printed.strip(), "the script made "
+        problem = scene_problem(scene)
+        if problem is not None:
+            return CallOutcome(False, f"build: {problem}", FailureReason.MALFORMED_ACTION,
+                               components={"built": 0.0})  # fmt: skip
+        reply = await self._kernel({"op": "build", "scene": scene})
         if isinstance(reply, CallOutcome):
             return reply
         if not reply["ok"]:
-            return CallOutcome(False, f"build failed: {reply['error']}", FailureReason.TOOL_ERROR,
+            error = f"{made_by}an invalid scene: {reply['error']}" if made_by else reply["error"]
+            return CallOutcome(False, f"build failed: {error}", FailureReason.TOOL_ERROR,
                                components={"built": 0.0})  # fmt: skip
-        self.scene = reply.get("scene", scene)
+        self.scene = scene
         closed = bool(reply["summary"]["watertight"])
         if closed:
             self.good = self.scene
-        printed = str(reply.get("printed") or "").strip()
         text = "built: " + describe(reply["summary"]) + (f"\nprinted: {printed[:500]}"
                                                           if printed else "")  # fmt: skip
         return CallOutcome(True, text, components={"built": 1.0, "watertight": float(closed)})
@@ -222,6 +245,10 @@ class StructureEnv(Environment):
             return CallOutcome(False, f"submit: {reply['error']}", FailureReason.CHECKER_REJECTED,
                                components={"outcome": 0.0})  # fmt: skip
         met = {c["name"]: bool(c["passed"]) for c in reply["constraints"]}
+        unjudged = sorted(set(task.required) - set(met))
+        if unjudged:
+            return CallOutcome(False, f"structure kernel: no verdict on {unjudged}",
+                               FailureReason.VERIFIER_CRASH)  # fmt: skip
         components = {f"met:{name}": float(ok) for name, ok in met.items()}
         failed = [c for c in reply["constraints"] if c["name"] in task.required and not c["passed"]]
         similarity = float(reply["image_similarity"])

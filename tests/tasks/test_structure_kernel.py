@@ -181,7 +181,7 @@ async def test_a_moved_hole_and_a_longer_plate_are_found(pool: SandboxPool) -> N
     assert exact["dims"]["y"] == {"scene": 2.0, "target": 2.0}
     assert exact["image_similarity"] < 0.99
     failed = {c["name"] for c in exact["constraints"] if not c["passed"]}
-    assert failed == {"iou", "dims", "volume"}
+    assert failed == {"iou", "dims", "volume", "features", "surface"}
 
 
 async def test_a_render_is_a_256_png_the_same_every_time(pool: SandboxPool) -> None:
@@ -205,19 +205,117 @@ async def test_a_render_is_a_256_png_the_same_every_time(pool: SandboxPool) -> N
     assert max(len([g for g in r.strip(".").split(".") if g]) for r in through) == 3
 
 
-async def test_a_script_builds_the_same_bracket(pool: SandboxPool) -> None:
-    typed, scripted = await asyncio.gather(
-        build(pool, bracket()), run_kernel(pool, {"op": "script", "code": BRACKET_SCRIPT})
-    )
+async def test_a_script_makes_the_same_bracket_as_data(pool: SandboxPool) -> None:
+    scripted = await run_kernel(pool, {"op": "script", "code": BRACKET_SCRIPT})
     assert scripted["ok"], scripted
-    assert scripted["summary"] == typed["summary"]
+    assert set(scripted) == {"ok", "error", "scene", "printed", "elapsed_ms"}  # nothing measured
     assert scripted["printed"] == "holes at x = 1 and -1\n"
     made = scripted["scene"]
     assert made["materials"] == bracket()["materials"]
+    typed, built = await asyncio.gather(build(pool, bracket()), build(pool, made))
+    assert built["summary"] == typed["summary"]
     compared = await run_kernel(pool, {"op": "compare", "scene": made, "target": bracket()})
     assert compared["iou"] == 1.0 and compared["image_similarity"] == 1.0
-    rendered = await run_kernel(pool, {"op": "render", "scene": {"script": BRACKET_SCRIPT}})
-    assert rendered["ok"] and rendered["silhouette"]
+
+
+async def test_a_scene_is_data_never_a_script(pool: SandboxPool) -> None:
+    as_scene = {"script": BRACKET_SCRIPT}
+    build_it, render_it, compare_it = await asyncio.gather(
+        build(pool, as_scene),
+        run_kernel(pool, {"op": "render", "scene": as_scene}),
+        run_kernel(pool, {"op": "compare", "scene": as_scene, "target": bracket()}),
+    )
+    for reply in (build_it, render_it, compare_it):
+        assert reply["ok"] is False and reply["failed"] == "scene", reply
+        assert "unknown key 'script'" in reply["error"]
+    target = await run_kernel(pool, {"op": "compare", "scene": bracket(), "target": as_scene})
+    assert target["failed"] == "target"
+
+
+ESCAPES = [  # each reaches past the scene API: to globals, frames, the interpreter
+    ("g = box.__globals__", "'__globals__'"),
+    ("f = (x for x in []).gi_frame", "'gi_frame'"),
+    ("b = __builtins__", "'__builtins__'"),
+    ("i = __import__('os')", "'__import__'"),
+    ("s = '{0.__globals__}'.format(box)", "'format'"),
+    ("match box:\n    case object(__globals__=g):\n        pass", "'__globals__'"),
+    ("try:\n    1 / 0\nexcept Exception as e:\n    t = e.__traceback__", "'__traceback__'"),
+    ("t = add.__self__", "'__self__'"),
+    ("m = math.__loader__", "'__loader__'"),
+    ("c = object.__subclasses__()", "'__subclasses__'"),
+    ("k = box(1).translate.__func__", "'__func__'"),
+]
+
+
+@pytest.mark.parametrize(("code", "name"), ESCAPES)
+async def test_a_script_is_confined_to_the_scene_api(
+    pool: SandboxPool, code: str, name: str
+) -> None:
+    reply = await run_kernel(pool, {"op": "script", "code": code + "\nadd(box(1))\n"})
+    assert reply["ok"] is False and reply["failed"] == "scene", reply
+    assert name in reply["error"] and "not part of the scene API" in reply["error"]
+
+
+async def test_cuts_are_checked_by_position_and_size(pool: SandboxPool) -> None:
+    """A hole that is a small share of the volume still counts: missing, too small, too large,
+    moved or of another shape, it fails `features` (and a moved one `surface` too), while IoU,
+    volume and the hole count pass."""
+    wide = (40.0, 20.0, 1.0)  # the holes are under 2% of this plate's volume
+
+    def holes(radius: float = 0.4, x: float = 1.0, kind: str = "cylinder") -> dict[str, Any]:
+        scene = bracket(size=wide, hole_x=x)
+        for cut in scene["objects"][0]["children"][1:]:
+            cut["radius"] = radius
+            if kind == "box":
+                side = radius * math.sqrt(math.pi)  # a square of the circle's area
+                at = cut["translate"]
+                cut.clear()
+                cut.update(type="box", size=[side, side, 3], center=True, translate=at)
+        return scene
+
+    target = holes()
+    wrong = {
+        "tiny": holes(radius=0.1),
+        "too small": holes(radius=0.33),
+        "too large": holes(radius=0.48),
+        "moved": holes(x=1.15),
+        "square": holes(kind="box"),
+    }
+    replies = await asyncio.gather(
+        run_kernel(pool, {"op": "compare", "scene": target, "target": target}),
+        *(
+            run_kernel(pool, {"op": "compare", "scene": s, "target": target})
+            for s in wrong.values()
+        ),
+    )
+    same, *judged = replies
+    assert all(c["passed"] for c in same["constraints"]), same["constraints"]
+    assert [f["iou"] for f in same["features"]] == [1.0, 1.0]
+    for name, reply in zip(wrong, judged, strict=True):
+        failed = {c["name"] for c in reply["constraints"] if not c["passed"]}
+        assert "features" in failed, (name, reply["constraints"])
+        assert not failed & {"iou", "volume", "holes", "dims"}, (name, failed)
+        detail = next(c["detail"] for c in reply["constraints"] if c["name"] == "features")
+        assert "cut(s) wrong: target.objects[0].children[1]" in detail, detail
+
+
+async def test_a_missing_boss_fails_the_surface_distance(pool: SandboxPool) -> None:
+    """A small protrusion left out (no cut to check, IoU and volume within tolerance) is found
+    by the Hausdorff distance between the surfaces, measured exactly past the sampling."""
+    disc = {"type": "cylinder", "radius": 20, "height": 4, "segments": 96}
+    pegs = [{"type": "box", "size": [3, 3, 3], "translate": [x, -1.5, 4]} for x in (-10, 7)]
+    target = {"objects": [{"type": "union", "children": [disc, *pegs]}]}
+    missing = {"objects": [{"type": "union", "children": [disc, pegs[0]]}]}
+    coarse = {"objects": [{"type": "union", "children": [{**disc, "segments": 64}, *pegs]}]}
+    judged, close = await asyncio.gather(
+        run_kernel(pool, {"op": "compare", "scene": missing, "target": target}),
+        run_kernel(pool, {"op": "compare", "scene": coarse, "target": target}),
+    )
+    failed = {c["name"] for c in judged["constraints"] if not c["passed"]}
+    assert failed == {"surface"}, judged["constraints"]
+    assert judged["surface"]["hausdorff"] >= 2.9  # the peg's top, 3 above the disc
+    assert all(c["passed"] for c in close["constraints"]), close["constraints"]
+    assert close["surface"]["hausdorff"] <= 0.02 * math.dist([-20, -20, 0], [20, 20, 7])
 
 
 @pytest.mark.parametrize(

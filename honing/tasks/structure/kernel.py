@@ -4,7 +4,9 @@ A program, not a module of honing: it reads one JSON request on stdin and writes
 on stdout, and imports only the stdlib, numpy and manifold3d (the "structure" runtime). Ops:
 "build" (a summary), "render" (summary, PNG, ASCII silhouette), "compare" (a scene against a
 target: volume IoU, extents, holes, materials, lights, image similarity, constraints) and
-"script" (a scene made by a Python script against the small API of `ScriptAPI`). A scene is a
+"script" (the scene a Python script makes with the small API of `ScriptAPI`, as data only: its
+caller builds it in a fresh run, so nothing the script did reaches a measurement or a verdict;
+the script is confined to that API by `confine`). A scene is always data, never code; a
 tree of typed operations (primitives, booleans, transforms); CSG is manifold3d, so solids are
 watertight by construction. Rendering is a numpy z-buffer with flat Lambert shading and PNG by
 zlib; the same request always gives byte-identical pixels. Every reply has "ok" and "error"; a
@@ -14,6 +16,7 @@ Request and reply fields: docstrings of `handle`, `summary`, `render_reply` and 
 
 from __future__ import annotations
 
+import ast
 import base64
 import builtins
 import contextlib
@@ -94,7 +97,14 @@ CHECKS = {
     "light_intensity_tol": 0.2,  # and its intensity within this fraction
     "material_names": False,  # materials must also carry the target's names
     "iou_method": "exact",  # "exact" (booleans, voxels if they fail) or "voxel"
+    "feature_iou_min": 0.85,  # each cut feature's void: IoU with the target's at least this
+    "feature_pos_tol": 0.1,  # its centre within this fraction of its size (smallest extent)
+    "feature_size_tol": 0.15,  # its volume within this fraction of the target's
+    "surface_tol": 0.02,  # Hausdorff distance of the surfaces: this fraction of the diagonal
 }
+FEATURE_MARGIN = 0.5  # a feature is judged in its cutter's box grown by this share of its size
+SURFACE_SAMPLES = 4096  # points sampled on each surface (besides its vertices)
+SURFACE_SEED = 20261204
 
 
 class SceneError(Exception):
@@ -326,12 +336,21 @@ def check_camera(data: Any, path: str) -> Json | None:
     )
 
 
+class Feature:
+    """A cut the target states: a cutter of a `difference` (at `path`) and the body it cuts
+    (`base`), both where the scene puts them."""
+
+    def __init__(self, path: str, base: Any, cutter: Any) -> None:
+        self.path, self.base, self.cutter = path, base, cutter
+
+
 class Scene:
     """A validated, built scene: the solid (every object united), per-object solids, which
     material each primitive carries, and the scene's lights and camera."""
 
-    def __init__(self, data: Any, where: str = "") -> None:
+    def __init__(self, data: Any, where: str = "", *, features: bool = False) -> None:
         self.where = where
+        self.features: list[Feature] | None = [] if features else None
         if not isinstance(data, dict):
             raise SceneError(f"{where or 'scene'}: must be an object with 'objects'")
         for key in data:
@@ -349,7 +368,7 @@ class Scene:
         self.parts: list[tuple[str, Any]] = []
         for i, node in enumerate(objects):
             path = self._at(f"objects[{i}]")
-            solid = self.build(node, path, None, 0)
+            solid = self.build(node, path, None, 0, self.features)
             label = node.get("name") or f"objects[{i}]"
             self.parts.append((str(label), solid))
         self.solid = m3d.Manifold.batch_boolean([s for _, s in self.parts], m3d.OpType.Add)
@@ -364,8 +383,18 @@ class Scene:
     def _at(self, path: str) -> str:
         return f"{self.where}.{path}" if self.where else path
 
-    def build(self, node: Any, path: str, inherited: str | None, depth: int) -> Any:
+    def build(
+        self,
+        node: Any,
+        path: str,
+        inherited: str | None,
+        depth: int,
+        features: list[Feature] | None = None,
+    ) -> Any:
+        """The node's solid; with `features`, the cuts of its differences (not those inside a
+        cutter) go there, moved as the node and its ancestors move them."""
         kind = check_fields(node, path)
+        mine: list[Feature] | None = None if features is None else []
         self.nodes += 1
         if self.nodes > MAX_NODES or depth > MAX_DEPTH:
             where = path if len(path) < 120 else f"{path[:60]}...{path[-40:]}"
@@ -390,17 +419,29 @@ class Scene:
             for i, child in enumerate(children):
                 # a cutter that names no material colours its cut like the body it cuts
                 carried = own if kind != "difference" or i == 0 else cut_material
-                solid = self.build(child, f"{path}.children[{i}]", carried, depth + 1)
+                cutter = kind == "difference" and i > 0
+                at = f"{path}.children[{i}]"
+                solid = self.build(child, at, carried, depth + 1, None if cutter else mine)
                 if i == 0 and isinstance(child, dict) and child.get("material") is not None:
                     cut_material = child["material"]
                 solids.append(solid)
             solid = m3d.Manifold.batch_boolean(solids, op)
+            if mine is not None and kind == "difference":
+                mine.extend(
+                    Feature(f"{path}.children[{i}]", solids[0], cut)
+                    for i, cut in enumerate(solids[1:], 1)
+                )
         else:
             solid = primitive(kind, node, path).as_original()
             self.origin_material[solid.original_id()] = own
         solid = transformed(solid, node, path)
         if solid.status() != m3d.Error.NoError:
             raise SceneError(f"{path}: geometry failed: {solid.status()}")
+        if features is not None and mine:
+            features.extend(
+                Feature(f.path, transformed(f.base, node, path), transformed(f.cutter, node, path))
+                for f in mine
+            )
         return solid
 
 
@@ -881,6 +922,180 @@ def image_similarity(a: Scene, b: Scene) -> float:
     return 1.0 - float(diff[covered].mean()) / 255.0
 
 
+def centroid(solid: Any) -> np.ndarray:
+    """The centre of mass of a closed solid (signed tetrahedra from the origin)."""
+    mesh = solid.to_mesh()
+    verts = np.array(mesh.vert_properties, dtype=np.float64)[:, :3]
+    t = verts[np.array(mesh.tri_verts, dtype=np.int64).reshape(-1, 3)]
+    six_v = np.einsum("ij,ij->i", t[:, 0], np.cross(t[:, 1], t[:, 2]))
+    total = float(six_v.sum())
+    if abs(total) < 1e-12:
+        return verts.mean(axis=0) if len(verts) else np.zeros(3)
+    return np.asarray((six_v[:, None] * t.sum(axis=1)).sum(axis=0) / (4 * total))
+
+
+def feature_report(scene: Scene, target: Scene, checks: Json) -> tuple[bool, str, list[Json]]:
+    """Every cut the target states (each cutter of its differences), checked by position and
+    size: in the stock around the cut (the body it cuts, within the cutter's box grown by
+    FEATURE_MARGIN of its size), the scene's void must match the target's void: IoU at least
+    feature_iou_min, centres within feature_pos_tol of the cut's size, volumes within
+    feature_size_tol. A cut missing, too small, too large or misplaced fails, however small a
+    share of the whole volume it is. (passed, detail, one record per feature)."""
+    records: list[Json] = []
+    for feature in target.features or []:
+        b = feature.cutter.bounding_box()
+        lo, hi = np.array(b[:3]), np.array(b[3:])
+        grow = np.maximum((hi - lo) * FEATURE_MARGIN, 1e-6)
+        zone = m3d.Manifold.cube((hi - lo + 2 * grow).tolist()).translate((lo - grow).tolist())
+        stock = feature.base ^ zone
+        want, have = stock - target.solid, stock - scene.solid
+        v_want, v_have = want.volume(), have.volume()
+        if v_want <= 1e-9 * max(stock.volume(), 1e-12):
+            continue  # the cut removes nothing from the target: nothing is stated there
+        w_lo, w_hi = (np.array(v) for v in _bbox(want))
+        size = max(float((w_hi - w_lo).min()), 1e-9)
+        inter = (want ^ have).volume() if v_have > 0 else 0.0
+        iou = inter / (v_want + v_have - inter)
+        off = float(np.linalg.norm(centroid(have) - centroid(want))) if v_have > 0 else math.inf
+        ratio = v_have / v_want
+        ok = (
+            iou >= float(checks["feature_iou_min"])
+            and off <= float(checks["feature_pos_tol"]) * size
+            and abs(ratio - 1) <= float(checks["feature_size_tol"])
+        )
+        records.append(
+            {
+                "path": feature.path,
+                "passed": bool(ok),
+                "iou": _r(iou),
+                "offset": _r(off) if math.isfinite(off) else None,
+                "volume": {"scene": _r(v_have), "target": _r(v_want)},
+                "size": _r(size),
+            }
+        )
+    failed = [r for r in records if not r["passed"]]
+    if not records:
+        return True, "the target states no cut", records
+    if not failed:
+        return True, f"{len(records)} cut(s) in place", records
+    shown = [
+        f"{r['path']}: void IoU {r['iou']:.2f}, volume {r['volume']['scene']:g} vs "
+        f"{r['volume']['target']:g}, centre "
+        + ("missing" if r["offset"] is None else f"off by {r['offset']:g}")
+        for r in failed[:4]
+    ]
+    more = f" (and {len(failed) - 4} more)" if len(failed) > 4 else ""
+    detail = f"{len(failed)} of {len(records)} cut(s) wrong: " + "; ".join(shown) + more
+    return False, detail, records
+
+
+def surface_points(solid: Any, n: int = SURFACE_SAMPLES) -> tuple[np.ndarray, np.ndarray]:
+    """(points, triangles (m, 3, 3)): `n` points drawn on the surface by area (seeded: the same
+    mesh gives the same points) and every vertex."""
+    mesh = solid.to_mesh()
+    verts = np.array(mesh.vert_properties, dtype=np.float64)[:, :3]
+    t = verts[np.array(mesh.tri_verts, dtype=np.int64).reshape(-1, 3)]
+    if not len(t):
+        return np.zeros((0, 3)), np.zeros((0, 3, 3))
+    area = 0.5 * np.linalg.norm(np.cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0]), axis=1)
+    total = float(area.sum())
+    rng = np.random.default_rng(SURFACE_SEED)
+    pick = rng.choice(len(t), size=n, p=area / total) if total > 0 else np.zeros(n, np.int64)
+    u, v = rng.random(n), rng.random(n)
+    flip = u + v > 1
+    u, v = np.where(flip, 1 - u, u), np.where(flip, 1 - v, v)
+    tri = t[pick]
+    drawn = tri[:, 0] + u[:, None] * (tri[:, 1] - tri[:, 0]) + v[:, None] * (tri[:, 2] - tri[:, 0])
+    return np.concatenate([drawn, verts]), t
+
+
+def to_triangles(points: np.ndarray, tris: np.ndarray, budget: int = 1 << 21) -> np.ndarray:
+    """For each point (k, 3), its exact distance to the nearest of the triangles (m, 3, 3):
+    the closest point of each triangle by its Voronoi regions (vertex, edge or face)."""
+    out = np.empty(len(points))
+    a, b, c = tris[:, 0], tris[:, 1], tris[:, 2]
+    ab, ac, bc = b - a, c - a, c - b
+    step = max(1, budget // max(len(tris), 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i in range(0, len(points), step):
+            p = points[i : i + step, None, :]
+            ap, bp, cp = p - a, p - b, p - c
+            d1, d2 = (ab * ap).sum(-1), (ac * ap).sum(-1)
+            d3, d4 = (ab * bp).sum(-1), (ac * bp).sum(-1)
+            d5, d6 = (ab * cp).sum(-1), (ac * cp).sum(-1)
+            va, vb, vc = d3 * d6 - d5 * d4, d5 * d2 - d1 * d6, d1 * d4 - d3 * d2
+            denom = va + vb + vc
+            v, w = vb / denom, vc / denom
+            closest = a + ab * v[..., None] + ac * w[..., None]  # inside the face
+            regions = [  # later ones win: vertex, then edge, regions override the face
+                ((va <= 0) & (d4 - d3 >= 0) & (d5 - d6 >= 0),
+                 b + bc * ((d4 - d3) / ((d4 - d3) + (d5 - d6)))[..., None]),
+                ((vb <= 0) & (d2 >= 0) & (d6 <= 0), a + ac * (d2 / (d2 - d6))[..., None]),
+                ((vc <= 0) & (d1 >= 0) & (d3 <= 0), a + ab * (d1 / (d1 - d3))[..., None]),
+                ((d6 >= 0) & (d5 <= d6), np.broadcast_to(c, closest.shape)),
+                ((d3 >= 0) & (d4 <= d3), np.broadcast_to(b, closest.shape)),
+                ((d1 <= 0) & (d2 <= 0), np.broadcast_to(a, closest.shape)),
+            ]  # fmt: skip
+            for mask, at in regions:
+                closest = np.where(mask[..., None], at, closest)
+            gap = np.linalg.norm(p - closest, axis=-1)
+            corners = np.sqrt(np.minimum(np.minimum((ap * ap).sum(-1), (bp * bp).sum(-1)),
+                                         (cp * cp).sum(-1)))  # fmt: skip
+            gap = np.where(np.isfinite(gap), np.minimum(gap, corners), corners)
+            out[i : i + step] = gap.min(axis=1)
+    return out
+
+
+def nearest(a: np.ndarray, b: np.ndarray, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """(for each point of `a` the distance to the nearest point of `b`, and the same from `b`
+    to `a`), by |a|^2 + |b|^2 - 2 a.b: centre both sets near the origin first (the
+    cancellation's error grows with |a|^2)."""
+    there, back = np.empty(len(a)), np.full(len(b), np.inf)
+    b2 = np.einsum("ij,ij->i", b, b)
+    for i in range(0, len(a), chunk):
+        part = a[i : i + chunk]
+        d2 = np.einsum("ij,ij->i", part, part)[:, None] + b2[None, :] - 2.0 * (part @ b.T)
+        there[i : i + chunk] = d2.min(axis=1)
+        np.minimum(back, d2.min(axis=0), out=back)
+    return np.sqrt(np.maximum(there, 0.0)), np.sqrt(np.maximum(back, 0.0))
+
+
+def surface_distance(scene: Scene, target: Scene, checks: Json) -> tuple[bool, str, Json]:
+    """The symmetric Hausdorff distance between the two surfaces, over points sampled on each
+    (`surface_points`), and their Chamfer distance (the mean). Passes when the Hausdorff
+    distance is within surface_tol of the target's bounding-box diagonal. A point's distance to
+    the other side's samples bounds its distance to that surface from above; each point past
+    the limit is measured exactly against the other side's triangles (`to_triangles`), the
+    farthest first, so the sampling's spacing never fails a model and never hides a gap."""
+    mine, my_tris = surface_points(scene.solid)
+    theirs, their_tris = surface_points(target.solid)
+    if not len(mine) or not len(theirs):
+        return False, "an empty surface", {"chamfer": None, "hausdorff": None}
+    middle = (mine.mean(axis=0) + theirs.mean(axis=0)) / 2
+    mine, theirs = mine - middle, theirs - middle
+    my_tris, their_tris = my_tris - middle, their_tris - middle
+    there, back = nearest(mine, theirs)
+    lo, hi = (np.array(v) for v in _bbox(target.solid))
+    limit = float(checks["surface_tol"]) * float(np.linalg.norm(hi - lo))
+    worst = 0.0  # the largest exact distance past the limit
+    for points, bound, tris in ((mine, there, their_tris), (theirs, back, my_tris)):
+        order = np.argsort(-bound)
+        order = order[bound[order] > limit]
+        for i in range(0, len(order), 256):
+            rows = order[i : i + 256]
+            bound[rows] = to_triangles(points[rows], tris)
+            worst = max(worst, float(bound[rows].max()))
+            if worst > limit:
+                break  # one point past the limit decides (the other side is still looked at)
+    chamfer = (float(there.mean()) + float(back.mean())) / 2  # of upper bounds: at most this
+    if worst > limit:
+        detail = f"surface distance: Hausdorff at least {worst:.3g}, allowed {limit:.3g}"
+        return False, detail, {"chamfer": _r(chamfer), "hausdorff": _r(worst)}
+    hausdorff = max(float(there.max()), float(back.max()))
+    detail = f"surface distance: Hausdorff at most {hausdorff:.3g} (allowed {limit:.3g})"
+    return True, detail, {"chamfer": _r(chamfer), "hausdorff": _r(hausdorff)}
+
+
 def _surface_colors(scene: Scene) -> dict[str | None, tuple[float, float, float]]:
     _, _, runs = surface(scene)
     names = {name for _, _, name in runs}
@@ -962,12 +1177,16 @@ def _checks(value: Any) -> Json:
 
 
 def compare(scene: Scene, target: Scene, checks: Json) -> Json:
-    """COMPARE (scene against target): iou and iou_method, volume, dims ({x, y, z: {scene,
-    target}}), center_offset, holes, components, watertight (each {scene, target}),
-    materials_ok, lights_ok, image_similarity (see `image_similarity`), constraints (name,
-    passed, detail: iou, dims, volume, holes, components, watertight, materials, lights)."""
+    """COMPARE (scene against target, built with its features): iou and iou_method, volume,
+    dims ({x, y, z: {scene, target}}), center_offset, holes, components, watertight (each
+    {scene, target}), materials_ok, lights_ok, image_similarity (see `image_similarity`),
+    features (`feature_report`'s records), surface ({chamfer, hausdorff}), constraints (name,
+    passed, detail: iou, dims, volume, holes, components, watertight, materials, lights,
+    features, surface)."""
     mine, theirs = summary(scene), summary(target)
     iou, method = volume_iou(scene, target, checks["iou_method"])
+    cuts_ok, cuts_detail, cuts = feature_report(scene, target, checks)
+    near_ok, near_detail, distance = surface_distance(scene, target, checks)
     dims = {
         axis: {"scene": mine["size"][i], "target": theirs["size"][i]}
         for i, axis in enumerate("xyz")
@@ -1017,6 +1236,8 @@ def compare(scene: Scene, target: Scene, checks: Json) -> Json:
         ),
         _constraint("materials", mat_ok, mat_detail),
         _constraint("lights", light_ok, light_detail),
+        _constraint("features", cuts_ok, cuts_detail),
+        _constraint("surface", near_ok, near_detail),
     ]
     return {
         "iou": _r(iou),
@@ -1030,6 +1251,8 @@ def compare(scene: Scene, target: Scene, checks: Json) -> Json:
         "materials_ok": mat_ok,
         "lights_ok": light_ok,
         "image_similarity": _r(image_similarity(scene, target)),
+        "features": cuts,
+        "surface": distance,
         "constraints": constraints,
         "summary": mine,
     }
@@ -1051,6 +1274,10 @@ SAFE_BUILTINS = {
     *("RuntimeError", "StopIteration", "TypeError", "ValueError", "ZeroDivisionError"),
 }
 SCRIPT_MODULES = {"math"}
+# Attribute names a script may not use: the routes from the objects it is handed to frames,
+# code, globals and the interpreter (str.format reaches attributes by name, so it goes too).
+CONFINED_PREFIXES = ("_", "gi_", "cr_", "ag_", "f_", "tb_", "co_")
+CONFINED_NAMES = {"format", "format_map", "mro"}
 
 
 class Node(dict):  # type: ignore[type-arg]
@@ -1255,6 +1482,28 @@ def _script_import(name: str, *args: Any, **kwargs: Any) -> Any:
     return __import__(name, *args, **kwargs)
 
 
+def confine(tree: ast.AST) -> None:
+    """Refuse a script that names what lies past the scene API: an attribute (or a class
+    pattern's attribute) in CONFINED_PREFIXES or CONFINED_NAMES, or a dunder name such as
+    `__builtins__`. SceneError "script line N: ..." names the first one."""
+    for node in ast.walk(tree):
+        found: list[str] = []
+        if isinstance(node, ast.Attribute):
+            found = [node.attr]
+        elif isinstance(node, ast.MatchClass):
+            found = list(node.kwd_attrs)
+        elif isinstance(node, ast.Name) and node.id.startswith("__"):
+            raise SceneError(
+                f"script line {node.lineno}: the name {node.id!r} is not part of the scene API"
+            )
+        for name in found:
+            if name.startswith(CONFINED_PREFIXES) or name in CONFINED_NAMES:
+                line = getattr(node, "lineno", "?")
+                raise SceneError(
+                    f"script line {line}: the attribute {name!r} is not part of the scene API"
+                )
+
+
 def run_script(code: Any) -> tuple[Json, str]:
     """(scene JSON, what the script printed) of a structure script. A failure is a SceneError
     "script line N: Type: message" (N: the script's last line in the traceback)."""
@@ -1264,14 +1513,23 @@ def run_script(code: Any) -> tuple[Json, str]:
     space = api.namespace()
     printed = io.StringIO()
     try:
-        compiled = compile(code, SCRIPT, "exec", dont_inherit=True)
+        tree = ast.parse(code, SCRIPT)
     except SyntaxError as exc:
         raise SceneError(f"script line {exc.lineno}: SyntaxError: {exc.msg}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, nesting past the parser
+        raise SceneError(f"script: cannot be parsed: {type(exc).__name__}") from None
+    confine(tree)
+    try:
+        compiled = compile(tree, SCRIPT, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise SceneError(f"script: cannot be compiled: {type(exc).__name__}: {exc}") from None
     try:
         with contextlib.redirect_stdout(printed):
             exec(compiled, space)
         scene = json.loads(json.dumps(api.scene(space)))  # plain JSON, a copy
-    except Exception as exc:
+    except BaseException as exc:  # whatever the script raised, SystemExit included, is its own
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == SCRIPT]
         where = f"script line {lines[-1]}" if lines else "script"
         kind = "" if isinstance(exc, SceneError) else f"{type(exc).__name__}: "
@@ -1279,56 +1537,59 @@ def run_script(code: Any) -> tuple[Json, str]:
     return scene, printed.getvalue()[-2000:]
 
 
-# -- requests ----------------------------------------------------------------------------------
-def load_scene(value: Any, where: str) -> tuple[Scene, Json | None, str | None]:
-    """(built scene, its JSON when a script made it, what the script printed)."""
-    if isinstance(value, dict) and set(value) == {"script"}:
-        data, printed = run_script(value["script"])
-        try:
-            return Scene(data, where), data, printed
-        except SceneError as exc:
-            raise SceneError(f"the script made an invalid scene: {exc}") from None
-    return Scene(value, where), None, None
-
-
+# -- requests ---------------------------------------------------------------------------------
 def handle(request: Any) -> Json:
-    """One request {"op": ...}. A SCENE may be given as {"script": code}.
-      build:   {"scene"} -> {"summary"}
-      render:  {"scene", "size"?, "view"?} -> {"summary", "png_b64", "silhouette", "view",
-               "coverage"}; view: a preset (iso, front, back, left, right, top, bottom) or
-               {"azimuth", "elevation"} in degrees (azimuth from +x towards +y, z up)
-      compare: {"scene", "target", "checks"?} -> `compare`'s fields (checks: `CHECKS`)
-      script:  {"code", "render"?, "size"?, "view"?} -> build's reply (render's with "render")
-    A scene a script made comes back as "scene", with what it printed as "printed"."""
+    """One request {"op": ...}. A SCENE is always data (the scene's JSON), never code.
+    build:   {"scene"} -> {"summary"}
+    render:  {"scene", "size"?, "view"?} -> {"summary", "png_b64", "silhouette", "view",
+             "coverage"}; view: a preset (iso, front, back, left, right, top, bottom) or
+             {"azimuth", "elevation"} in degrees (azimuth from +x towards +y, z up)
+    compare: {"scene", "target", "checks"?} -> `compare`'s fields (checks: `CHECKS`)
+    script:  {"code"} -> {"scene", "printed"}: only the scene the script made, as data, and
+             what it printed. A script's run measures nothing: its process is the script's,
+             so its caller builds the scene it made in a run of its own (a "build")."""
     if not isinstance(request, dict):
         raise RequestError("request: must be a JSON object with 'op'")
     op = request.get("op")
     if op == "script":
-        request = {**request, "scene": {"script": request.get("code")}}
-        op = "render" if request.get("render") else "build"
+        scene, printed = run_script(request.get("code"))
+        return {"scene": scene, "printed": printed}
     if op not in ("build", "render", "compare"):
         raise RequestError(f"request: unknown op {op!r} (build, render, compare or script)")
     for key in ("scene", "target") if op == "compare" else ("scene",):
         if key not in request:
             raise RequestError(f"request: {key!r} is required")
-    checks = _checks(request.get("checks")) if op == "compare" else {}
-    scene, made, printed = load_scene(request["scene"], "")
-    reply: Json = {}
     if op == "compare":
+        checks = _checks(request.get("checks"))
         try:
-            target, _, _ = load_scene(request["target"], "target")
+            target = Scene(request["target"], "target", features=True)
         except SceneError as exc:
             text = str(exc)
             raise TargetError(text if text.startswith("target") else f"target: {text}") from None
-        reply.update(compare(scene, target, checks))
-    else:
-        reply["summary"] = summary(scene)
-        if op == "render":
-            reply.update(render_reply(scene, request))
-    if made is not None:
-        reply["scene"] = made
-        reply["printed"] = printed
+        return on_scene(lambda: compare(Scene(request["scene"]), target, checks))
+    if op == "render":
+        view_of(request.get("view"))  # a bad view is the request's fault, whatever the scene
+    return on_scene(lambda: _measured(Scene(request["scene"]), request, op))
+
+
+def _measured(scene: Scene, request: Json, op: str) -> Json:
+    reply: Json = {"summary": summary(scene)}
+    if op == "render":
+        reply.update(render_reply(scene, request))
     return reply
+
+
+def on_scene(work: Any) -> Json:
+    """`work()`, where the model's scene is built, measured or compared: whatever fails there
+    fails on the scene (a SceneError naming the exception), never as the kernel's own failure.
+    The target and the request are checked before."""
+    try:
+        return dict(work())
+    except SceneError:
+        raise
+    except Exception as exc:
+        tail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        raise SceneError(f"the kernel failed on this scene: {tail[:300]}") from None
 
 
 def main() -> None:
@@ -1339,7 +1600,7 @@ def main() -> None:
     reply: Json
     try:
         request = json.loads(sys.stdin.read())
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         reply = {"ok": False, "error": f"request: not JSON: {exc}", "failed": "request"}
     else:
         try:

@@ -10,7 +10,9 @@ runtime, with numpy and manifold3d preloaded (a pool that already has both is us
 What comes back is the kernel's reply, "ok": false included (its "failed" says whose input was
 at fault). A run the request made fail (CPU time, memory, output) comes back as {"ok": false,
 "failed": "scene", "problem": "input"}. Any other failure (the sandbox, the host, a reply that is
-not JSON) raises SandboxError: an infrastructure failure, never a verdict.
+not JSON) raises SandboxError: an infrastructure failure, never a verdict. A model's script runs
+apart (`run_script_audited`): that run is the model's program, so however it ends is its own
+doing, and all it gives back is a scene as data (`scene_problem` bounds it) for a fresh run.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from honing.errors import SandboxError
 from honing.risk import RiskEvent
-from honing.sandbox import ExecRequest, RuntimeStore, SandboxPool
+from honing.sandbox import ExecRequest, ExecResult, ExecStatus, RuntimeStore, SandboxPool
 from honing.tasks.checkrun import RunEnd, checker_limits, run_end
 
 RUNTIME = "structure"
@@ -39,6 +42,9 @@ KERNEL = Path(__file__).with_name("kernel.py")
 CPU_S = 10.0  # CPU seconds one request may spend (a build or render takes well under 0.2 s)
 MEMORY_MB = 1024
 MAX_OUTPUT_BYTES = 16_000_000  # a 1024 x 1024 render in base64 fits
+SCENE_DEPTH = 64  # a scene's JSON nests at most this deep (the kernel allows 40 levels of nodes)
+SCENE_VALUES = 100_000  # and holds at most this many values
+SCENE_TEXT = 2_000_000  # and this many characters of strings
 
 _built: dict[Path, Path] = {}  # runtimes directory -> site-packages, built in this process
 _BUILD_LOCK = threading.Lock()  # one build at a time (episodes start together)
@@ -148,3 +154,94 @@ async def run_kernel_audited(
         tail = result.stdout.strip()[-200:] or result.stderr.strip()[-200:]
         raise SandboxError(f"structure kernel: no usable reply ({tail!r})")
     return reply, risks
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """What a model's script made: `scene` (plain JSON data, not yet built) and what it
+    printed, or `error` (why it made none: its own failure, in words)."""
+
+    scene: dict[str, Any] | None
+    printed: str = ""
+    error: str = ""
+    risks: list[RiskEvent] = field(default_factory=list)
+
+
+def scene_problem(value: Any) -> str | None:
+    """Why `value` cannot be a scene to send to the kernel, or None: it must be a JSON object
+    of plain values (objects with string keys, lists, strings, finite or not numbers, booleans,
+    null) at most SCENE_DEPTH deep, with at most SCENE_VALUES values and SCENE_TEXT characters
+    of strings. Walked without recursion, so no nesting can break the host."""
+    if not isinstance(value, dict):
+        return f"a scene must be an object, not {type(value).__name__}"
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    count = text = 0
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if count > SCENE_VALUES:
+            return f"a scene holds at most {SCENE_VALUES} values"
+        if depth > SCENE_DEPTH:
+            return f"a scene nests at most {SCENE_DEPTH} levels deep"
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return "a scene's keys must be strings"
+                text += len(key)
+                stack.append((child, depth + 1))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str):
+            text += len(item)
+        elif not (item is None or isinstance(item, bool | int | float)):
+            return f"a scene holds only JSON values, not {type(item).__name__}"
+        if text > SCENE_TEXT:
+            return f"a scene holds at most {SCENE_TEXT} characters of text"
+    return None
+
+
+def script_failure(result: ExecResult) -> str:
+    """How the run of a model's script ended without a reply, in words (its own doing)."""
+    status = result.status
+    if status is ExecStatus.TIMEOUT:
+        return f"the script ran past its time limit ({result.error or 'timeout'})"
+    if status is ExecStatus.MEMORY_LIMIT:
+        return "the script went past its memory limit"
+    if status is ExecStatus.OUTPUT_LIMIT:
+        return "the script's output went past its byte limit"
+    if result.signal is not None:
+        return f"the script's process was killed by signal {result.signal}"
+    return f"the script's process ended ({result.status.value}, exit code {result.exit_code})"
+
+
+async def run_script_audited(pool: SandboxPool, code: str, *, cpu_s: float = CPU_S) -> ScriptRun:
+    """The scene a model's `code` makes, run by the kernel's "script" op in a run of its own.
+    That run executes the model's program, so however it ends (an error, an exit, a signal, a
+    limit, output that is no reply, a reply with forged or missing fields) is the script's
+    failure, with the reason; only a failure of the sandbox itself raises SandboxError."""
+    checker = await kernel_pool(pool)
+    result = await checker.run(kernel_request({"op": "script", "code": code}, cpu_s))
+    risks = list(result.risks)
+    if result.status is ExecStatus.SANDBOX_ERROR:
+        raise SandboxError(f"structure script: the sandbox failed: {result.error}")
+    if result.status is not ExecStatus.OK:
+        return ScriptRun(None, error=script_failure(result), risks=risks)
+    try:
+        reply = json.loads((result.stdout.strip().splitlines() or ["null"])[-1])
+    except (ValueError, RecursionError):
+        reply = None
+    if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+        return ScriptRun(None, error="the script's run gave no reply: its output's last line is "
+                         "not the kernel's", risks=risks)  # fmt: skip
+    if not reply["ok"]:
+        error = reply.get("error")
+        return ScriptRun(None, error=str(error)[:2000] if error else "the script failed",
+                         risks=risks)  # fmt: skip
+    scene, printed = reply.get("scene"), reply.get("printed", "")
+    problem = scene_problem(scene)
+    if problem is not None:
+        return ScriptRun(None, error=f"the script's reply holds no valid scene: {problem}",
+                         risks=risks)  # fmt: skip
+    assert isinstance(scene, dict)
+    return ScriptRun(scene, printed=printed[-2000:] if isinstance(printed, str) else "",
+                     risks=risks)  # fmt: skip

@@ -28,6 +28,8 @@ CONSTRAINTS = (
     "watertight",
     "materials",
     "lights",
+    "features",
+    "surface",
 )
 CHECK_KEYS = (
     "iou_min",
@@ -38,6 +40,10 @@ CHECK_KEYS = (
     "light_intensity_tol",
     "material_names",
     "iou_method",
+    "feature_iou_min",
+    "feature_pos_tol",
+    "feature_size_tol",
+    "surface_tol",
 )
 
 
