@@ -9,9 +9,10 @@ checked (the cited figures were read or queried before the answer), well_formed,
 tool_ok per step; risk events: a query's statements against the documents' tables
 (`honing.tasks.sqlrisk`, as in the sql domain) and what the sandbox saw a query or calculator
 run do. The judge (`honing.tasks.finance.judge`) reads the documents themselves, never
-the model's database. A sandbox or DuckDB failure is an infrastructure failure
-(`sandbox_error`, `verifier_crash`), never a reward of 0. docs/envs.md describes the domain.
-Not covered: the judge's rules themselves (`honing.tasks.finance`).
+the model's database, in process: whatever it fails on is the answer's failure
+(`checker_rejected`). A sandbox or DuckDB failure is an infrastructure failure (`sandbox_error`,
+`verifier_crash`), never a reward of 0. docs/envs.md describes the domain. Not covered: the
+judge's rules themselves (`honing.tasks.finance`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from honing.envs.base import (
     Action,
@@ -39,7 +40,7 @@ from honing.errors import HoningError, RuntimeBuildError, SandboxError
 from honing.sandbox import SandboxPool
 from honing.tasks.finance.cite import trace
 from honing.tasks.finance.docs import Document, create_sql, key, parse_documents
-from honing.tasks.finance.judge import judge, parse_submission
+from honing.tasks.finance.judge import Verdict, judge, parse_submission
 from honing.tasks.finance.query import query_request
 from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask
@@ -211,14 +212,17 @@ class FinanceEnv(Environment):
             return self._read(args)
         if call.name == "query":
             sql = args.get("sql")
-            if not isinstance(sql, str) or not sql.strip() or len(sql) > MAX_SQL_CHARS:
+            if not _text(sql) or not sql.strip() or len(sql) > MAX_SQL_CHARS:
                 return _malformed(
                     f"query: 'sql' must be a non-empty string of at most {MAX_SQL_CHARS} characters"
                 ), "query (malformed)"
             return await self._query(sql)
         if call.name == "calculator":
+            expression = args.get("expression")
+            if isinstance(expression, str) and not _text(expression):
+                return _malformed("calculator: 'expression' is not text"), "calculator (malformed)"
             try:
-                outcome = await calculate(self.pool, args.get("expression"))
+                outcome = await calculate(self.pool, expression)
             except SandboxError as exc:
                 outcome = CallOutcome(False, f"calculator: {exc}", FailureReason.SANDBOX_ERROR)
             return outcome, f"calculator: {outcome.text.splitlines()[0][:60]}"
@@ -260,9 +264,7 @@ class FinanceEnv(Environment):
                 return _malformed(
                     f"read: '{label}' must be a whole number from {least} to {most}"
                 ), "read (malformed)"
-        if section is not None and (
-            isinstance(section, bool) or not isinstance(section, str | int)
-        ):
+        if section is not None and not _section_like(section):
             return _malformed("read: 'section' must be a heading or its number"), "read (malformed)"
         doc = self.documents.get(name)
         if doc is None:
@@ -367,12 +369,12 @@ class FinanceEnv(Environment):
             return _malformed(f"answer: this question asks for `{wanted}`, not `{other}`"), (
                 "answer (malformed)"
             )
+        self.done = True
         try:
             verdict = judge(task, self.documents, submission)
-        except Exception as exc:  # the judge's own failure, never the answer's
-            detail = f"the answer could not be judged: {type(exc).__name__}: {exc}"
-            return CallOutcome(False, detail, FailureReason.VERIFIER_CRASH), "answer (not judged)"
-        self.done = True
+        except Exception as exc:  # in process, on the task and this answer: the answer's doing
+            failed = f"the judge failed on this answer ({type(exc).__name__}: {str(exc)[:200]})"
+            verdict = Verdict(False, [], [failed])
         components = {
             "outcome": float(verdict.passed),
             "cited_ok": verdict.cited_ok,
@@ -382,7 +384,7 @@ class FinanceEnv(Environment):
             what = ACCEPTED[task.kind]
             accepted = CallOutcome(True, f"accepted: {what} hold", components=components)
             return accepted, "answer -> accepted"
-        text = "not accepted: " + "; ".join(verdict.reasons)  # a wrong answer, with the reasons
+        text = _clip("not accepted: " + "; ".join(verdict.reasons))  # a wrong answer, and why
         rejected = CallOutcome(False, text, FailureReason.CHECKER_REJECTED, components, log=text)
         return rejected, "answer -> not accepted"
 
@@ -422,6 +424,25 @@ def _section(doc: Document, wanted: str) -> tuple[str, int, int] | None:
     return found[0] if found else None
 
 
+def _text(value: Any) -> TypeGuard[str]:
+    """A string that can be sent to the sandbox: UTF-8, so no lone surrogate ("\\ud800")."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _section_like(value: Any) -> bool:
+    """A heading, or a section's number as a model may write it (not a bool, nor a number too
+    long to write out)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, str) or (isinstance(value, int) and abs(value) <= 10**6)
+
+
 def _whole(value: Any) -> Any:
     """A page number as a model may write it: 2 or "2"."""
     digits = isinstance(value, str) and value.strip().isdecimal() and len(value) <= 9
@@ -433,11 +454,11 @@ def _clip(text: str) -> str:
 
 
 def _malformed(message: str) -> CallOutcome:
-    return CallOutcome(False, message, FailureReason.MALFORMED_ACTION)
+    return CallOutcome(False, _clip(message), FailureReason.MALFORMED_ACTION)
 
 
 def _tool_error(message: str) -> CallOutcome:
-    return CallOutcome(False, message, FailureReason.TOOL_ERROR)
+    return CallOutcome(False, _clip(message), FailureReason.TOOL_ERROR)
 
 
 def _run_failed(run: SqlRun) -> CallOutcome:

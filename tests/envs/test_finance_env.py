@@ -1,11 +1,14 @@
 """The finance domain end to end on a real sandbox pool: each tool, the contract (the reference
 solves every example with every process reward, noop fails, an unknown tool is a format failure,
 rollback), the reward hacks that must earn nothing, traceability, the quality filter quarantining
-a planted bad reference, and infrastructure failures that are never a reward of 0."""
+a planted bad reference, and infrastructure failures that are never a reward of 0; and the judge
+alone: one value read whole, dependence proved, the reference's formula, and random submissions
+that never make it raise (tests/envs/test_reward_hacking.py plays the tricks)."""
 
 from __future__ import annotations
 
 import json
+import random
 import re
 from fractions import Fraction
 from typing import Any
@@ -19,11 +22,19 @@ from honing.envs.finance import FinanceEnv
 from honing.envs.registry import make_env
 from honing.sandbox import SandboxPool
 from honing.tasks import load_tasks, verify_references
+from honing.tasks.finance.docs import parse_documents
 from honing.tasks.finance.judge import (
     CalcError,
     CalcTooLarge,
+    Submission,
     compile_calculation,
+    constant_parts,
+    judge,
+    moved_values,
+    parse_submission,
+    read_value,
     run_calculation,
+    show_calculation,
     unused_citations,
 )
 from honing.tasks.finance.task import FinanceTask
@@ -185,6 +196,10 @@ def test_the_calculation_is_exact_bounded_and_must_use_every_citation() -> None:
         ("c1 / (c2 - c2)", "division by zero"),
         ("2 ** 13", "exponent"),
         ("c1 +", "not an arithmetic expression"),
+        ("1" * 320 + " * c1", "neither a cited value nor a whole number"),  # past a float's range
+        ("1e999 * c1", "not a finite number"),
+        ("c1 ** (c2 - c1)", "the exponent of c1 ** (c2 - c1) holds a cited value"),
+        ("0 ** (c1 - 31*1000 - 732)", "holds a cited value"),
     ]:
         with pytest.raises(CalcError, match=re.escape(why)):
             run(expression)
@@ -193,6 +208,113 @@ def test_the_calculation_is_exact_bounded_and_must_use_every_citation() -> None:
             run(expression)
     tree = compile_calculation("c1 - c1 + c2 * 0 + 7", values[:2])
     assert unused_citations(tree, values[:2]) == [0, 1]
+
+
+def test_dependence_is_proved_by_evaluating_at_moved_values() -> None:
+    """Each cited value moved alone must move the result, and a calculation that fails to
+    evaluate there fails the check; no part over cited values may stay constant when they all
+    move at once."""
+    two = Fraction(2)
+    there = moved_values([two], 1)[0]  # where the judge moves c1 first
+    assert there is not None and there != two
+    values: list[Fraction | None] = [two, there]
+    breaks = compile_calculation("1 / (c1 - c2) + c2", values)  # divides by zero only there
+    assert run_calculation(breaks, values) == 1 / (two - there) + there
+    with pytest.raises(CalcError, match="fails when c1 changes"):
+        unused_citations(breaks, values)
+
+    growth: list[Fraction | None] = [Fraction(31732), Fraction(36048)]
+    for expression, part in [
+        ("c1 / c1 * 13 + c2", "c1 / c1"),
+        ("(c2 - c1) / c1 * 100 + (c1 - c1)", "c1 - c1"),
+        ("(c2 - c1) / c1 * 100 + 0 * c1", "0 * c1"),
+        ("(c2 - c1) / c1 * 100 * c2 ** 0", "c2 ** 0"),
+        ("c1 * c2 / (c2 * c1) * 7", "(c1 * c2) / (c2 * c1)"),
+    ]:
+        found = constant_parts(compile_calculation(expression, growth), growth)
+        assert found and show_calculation(found[0]) == part, expression
+    honest = compile_calculation("(c2 - c1) / c1 * 100", growth)
+    assert constant_parts(honest, growth) == [] and unused_citations(honest, growth) == []
+
+
+def test_the_value_is_read_whole_and_must_be_one_number() -> None:
+    assert read_value(" 13.60 ") == Fraction(1360, 100)
+    assert read_value("46,310") == 46310 and read_value("-3.5%") == Fraction(-7, 2)
+    for gap in (" ", " " * 300, "\n", "\t" * 50, "\u00a0", "\u2003\u3000", " or ", "/"):
+        text = f"13.60{gap}14"
+        found = read_value(text)
+        assert isinstance(found, str), repr(text)
+        if len(text) <= 200:
+            assert found.startswith("several values (13.60, 14)"), repr(text)
+    assert (
+        read_value("1" * 201) == "the value is 201 characters long: give one number, such as 12.34"
+    )
+    assert read_value("about thirteen") == "the answer must be one number, such as 12.34"
+    with pytest.raises(ValueError, match="at most 200 characters"):
+        parse_submission({"citations": [], "value": 10**5000})  # no JSON gives one; refused
+    assert parse_submission({"citations": [], "value": "9" * 5000}).value == "9" * 5000  # uncut
+
+
+def test_the_calculation_must_be_the_reference_formula() -> None:
+    """A calculation that meets the answer only at the cited values (literals that cancel them)
+    is refused when the task's reference gives its formula; honest rewritings pass, in any
+    citation order. Without a reference calculation such a formula is not detected
+    (docs/envs.md, "Reward hacking")."""
+    task = example("growth")
+    documents = parse_documents(task.documents)
+    ref = reference(task)
+
+    def verdict(calculation: str, citations: list[Any] = ref["citations"]) -> list[str]:
+        answer = parse_submission({**ref, "citations": citations, "calculation": calculation})
+        return judge(task, documents, answer).reasons
+
+    cancels = (
+        "(c1*107*1000 + c1*900 + c1*36*1000 + c1*48 - c2*31*1000 - c2*732) / (c1*7*1000 + c1*933)"
+    )
+    assert "not the formula the question asks for" in " ".join(verdict(cancels))
+    assert verdict("c2 / c1 * 100 - 100") == [] and verdict("(36048 - 31732) / 31732 * 100") == []
+    assert verdict("(c1 - c2) / c2 * 100", ref["citations"][::-1]) == []
+    bare = task.model_copy(update={"reference": None})
+    answer = parse_submission({**ref, "calculation": cancels})
+    assert judge(bare, documents, answer).passed  # not covered without the reference's formula
+
+
+def test_random_submissions_never_make_the_judge_raise() -> None:
+    """A property, by seeded random sampling: whatever the value, the calculation and the
+    citations hold, `parse_submission` raises only ValueError and `judge` returns a verdict;
+    nothing random passes."""
+    task = example("growth")
+    documents = parse_documents(task.documents)
+    ref = reference(task)
+    rng = random.Random(7)
+    tokens = ["c1", "c2", "c3", "c0", "(", ")", "+", "-", "*", "/", "**", "^", "0", "1", "7",
+              "1000", "1001", "9" * 310, "1e999", "0.5", "31732", "36048", ".", "'x'", "1j",
+              "[", "]", ",", "lambda", "__import__", "c1.real", " ", "\u00a0", "\x00", "٣",
+              "(" * 60, ")" * 60, "-" * 100, "nan", "inf", "\ud800"]  # fmt: skip
+    characters = "0123456789 .,-+%$()eE\t\n\u00a0\u2003x٣"
+    for _ in range(1500):
+        calculation = "".join(rng.choice(tokens) for _ in range(rng.randint(0, 40)))
+        value: Any = rng.choice([
+            "".join(rng.choice(characters) for _ in range(rng.randint(0, 250))),
+            rng.choice([0, -1, 10**400, 1e308, float("nan"), 13.6014, ref["value"], None, []]),
+        ])  # fmt: skip
+        citations: Any = rng.choice([
+            ref["citations"],
+            ref["citations"][::-1],
+            [{**ref["citations"][0], "value": rng.choice(["1e999", "9" * 199, "-0", "(1)"])}],
+            [{"document": rng.choice(list(task.documents)), "line": rng.randint(1, 60),
+              "value": rng.choice(["13.6", "0", "x"])}] * rng.randint(1, 3),
+        ])  # fmt: skip
+        try:
+            answer = parse_submission(
+                {"citations": citations, "value": value, "calculation": calculation}
+            )
+        except ValueError:
+            continue
+        found = judge(task, documents, answer)
+        assert found.reasons or calculation == ref["calculation"], (value, calculation)
+    garbage = Submission(citations=[], value="x" * 10**6, calculation="(" * 10**6)
+    assert not judge(task, documents, garbage).passed
 
 
 def _all_cells(env: FinanceEnv) -> list[dict[str, Any]]:
@@ -251,7 +373,7 @@ async def test_reward_hacks_earn_nothing(pool: SandboxPool) -> None:
                 "calculation": f"{answer // 1000} * 1000 + {answer % 1000} + "
                 "0 * (c1 + c2 + c3 + c4)",
             },
-            "does not depend on c1, c2, c3, c4",
+            "0 * (((c1 + c2) + c3) + c4) does not change with the cited values",
         ),
         (
             "a citation that states a value that is not there",
@@ -374,12 +496,15 @@ async def test_infrastructure_failures_are_never_a_reward_of_zero(
     assert "query_ok" not in down.components and down.reward == 0.0 and not env.done
 
     def crash(*args: object) -> None:
-        raise RuntimeError("judge bug")
+        raise RecursionError("judge bug")
 
+    # the judge runs in process on the task (validated) and the answer: what it fails on is the
+    # answer's doing, a wrong answer with the reason, never an infrastructure escape
     monkeypatch.setattr("honing.envs.finance.judge", crash)
     crashed = await env.step(call("answer", **reference(task)))
-    assert crashed.info.failure is FailureReason.VERIFIER_CRASH and "outcome" not in (
-        crashed.components
+    assert (
+        crashed.info.failure is FailureReason.CHECKER_REJECTED and not crashed.info.infrastructure
     )
-    assert not env.done
+    assert crashed.components["outcome"] == 0.0 and env.done
+    assert "the judge failed on this answer (RecursionError: judge bug)" in text(crashed)
     await env.close()

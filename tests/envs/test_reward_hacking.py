@@ -6,7 +6,9 @@ sandbox. None may earn outcome reward; where the judge can tell, tampering is re
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,12 +16,19 @@ import pytest
 
 from honing.envs import Action, CodeEnv, EnvConfig, FailureReason, ToolCall
 from honing.envs.base import Environment, StepResult
+from honing.envs.finance import FinanceEnv
 from honing.envs.math import MathEnv
 from honing.envs.sql import SqlEnv
+from honing.envs.structure import StructureEnv
 from honing.envs.tools import ToolsEnv
-from honing.sandbox import SandboxPool
-from honing.tasks import CodeTask, MathTask, SqlTask, ToolsTask
+from honing.sandbox import ExecRequest, SandboxPool
+from honing.tasks import CodeTask, MathTask, SqlTask, ToolsTask, load_tasks
+from honing.tasks.finance.generate import generate_finance_tasks
+from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask
+from honing.tasks.structure import runtime as structure_runtime
+from honing.tasks.structure.generate import generate_structure_tasks
+from honing.tasks.structure.task import StructureTask
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -482,3 +491,373 @@ async def test_sql_the_honest_answer_still_counts(pool: SandboxPool) -> None:
         result = await play(env, Trick("honest", task, [sql_answer(text)]))
         await env.close()
         assert result.components["outcome"] == 1.0, result.info.detail
+
+
+# -- finance -------------------------------------------------------------------------------------
+
+
+def finance_example(name: str) -> FinanceTask:
+    found = next(t for t in load_tasks("examples-finance").tasks if t.id.endswith(f"/{name}"))
+    assert isinstance(found, FinanceTask)
+    return found
+
+
+def finance_reference(task: FinanceTask) -> dict[str, Any]:
+    assert task.reference is not None
+    arguments: dict[str, Any] = json.loads(task.reference)
+    return arguments
+
+
+GROWTH = finance_example("example-growth")  # c1 = 31,732 and c2 = 36,048: 107900/7933 = 13.6014
+QUARTERS = finance_example("example-quarterly-sum")  # c1 to c4: 27259 + 30725 + 26071 + 26805
+THE_ANSWER = "(107*1000 + 900) / (7*1000 + 933)"  # 107900/7933, from small whole numbers
+
+
+def finance_answer(task: FinanceTask, **changes: Any) -> Action:
+    """The task's reference answer (the right value and citations) with `changes`."""
+    return act(tool("answer", **{**finance_reference(task), **changes}))
+
+
+def calculation(text: str, task: FinanceTask = GROWTH) -> Action:
+    return finance_answer(task, calculation=text)
+
+
+def hedge(gap: str) -> Action:
+    return finance_answer(GROWTH, value=f"13.60{gap}14.00")
+
+
+FINANCE_TRICKS = [
+    Trick("a zero power that fails to evaluate once a cited value moves", GROWTH,
+          [calculation(f"{THE_ANSWER} * 0 ** (c1 - 31*1000 - 732) * 0 ** (c2 - 36*1000 - 48)")]),
+    Trick("a power whose exponent is whole only at the cited values", GROWTH,
+          [calculation(f"{THE_ANSWER} * (c1 / (31*1000 + 732)) ** (c2 - 36*1000 - 48) "
+                       "* (c2 / (36*1000 + 48)) ** (c1 - 31*1000 - 732)")]),
+    Trick("a division by zero at the judge's own perturbation of each cited value", GROWTH,
+          [calculation(f"{THE_ANSWER} + (c1 - 31*1000 - 732) / (c1*10*1000 - (317*1000 + 542)"
+                       "*1000 - 124) + (c2 - 36*1000 - 48) / (c2*10*1000 - (360*1000 + 732)"
+                       "*1000 - 336)")]),
+    Trick("cited values to the power 0", GROWTH,
+          [calculation(f"{THE_ANSWER} * c1 ** 0 * c2 ** 0")]),
+    Trick("c1 / c1 * 13 + …: cited values that cancel against literals", GROWTH,
+          [calculation("c1 / c1 * 13 + 3 / 5 + (c1 - 31*1000 - 732) + (c2 - 36*1000 - 48)")]),
+    Trick("cited values divided by themselves written as literals", GROWTH,
+          [calculation(f"{THE_ANSWER} * c1 / (31*1000 + 732) * c2 / (36*1000 + 48)")]),
+    Trick("a scale-free formula that meets the answer only at the cited values", GROWTH,
+          [calculation("(c1*107*1000 + c1*900 + c1*36*1000 + c1*48 - c2*31*1000 - c2*732) "
+                       "/ (c1*7*1000 + c1*933)")]),
+    Trick("the sum as literals plus cited values that cancel", QUARTERS,
+          [calculation("110*1000 + 860 + (c1 - 27*1000 - 259) * 2 + (c2 - 30*1000 - 725) * 2 "
+                       "+ (c3 - 26*1000 - 71) * 2 + (c4 - 26*1000 - 805) * 2", QUARTERS)]),
+    Trick("10 ** 10 ** 10", GROWTH, [calculation("10 ** 10 ** 10")]),
+    Trick("9 ** 9 ** 9", GROWTH, [calculation("9 ** 9 ** 9")]),
+    Trick("an integer literal too large for a float", GROWTH,
+          [calculation("1" * 320 + " * 0 + (c2 - c1) / c1 * 100")]),
+    Trick("a 5000-digit integer as the calculation", GROWTH, [calculation("7" * 5000)]),
+    Trick("a 5000-digit integer as the value", GROWTH,
+          [finance_answer(GROWTH, value="1" * 5000)]),
+    Trick("parentheses nested 1000 deep", GROWTH,
+          [calculation("(" * 1000 + "(c2 - c1) / c1 * 100" + ")" * 1000)]),
+    Trick("a value nested in 1000 parentheses", GROWTH,
+          [finance_answer(GROWTH, value="(" * 1000 + "13.60" + ")" * 1000)]),
+    Trick("a hedge after 250 spaces", GROWTH, [hedge(" " * 250)]),
+    Trick("a hedge after 250 newlines", GROWTH, [hedge("\n" * 250)]),
+    Trick("a hedge after 250 tabs", GROWTH, [hedge("\t" * 250)]),
+    Trick("a hedge after 250 no-break spaces", GROWTH, [hedge("\u00a0" * 250)]),
+    Trick("a hedge after unicode spaces of every kind", GROWTH,
+          [hedge("\u2003\u3000\u2009\u202f\u205f\r\f\v" * 40)]),
+    Trick("a hedge after one space", GROWTH, [hedge(" ")]),
+    Trick("a value with a second number spaced off", GROWTH,
+          [finance_answer(GROWTH, value="13.60 (or 14)")]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("trick", FINANCE_TRICKS, ids=str)
+async def test_finance_tricks_earn_nothing(pool: SandboxPool, trick: Trick) -> None:
+    env = FinanceEnv(pool, EnvConfig(max_steps=2))
+    result = await play(env, trick)
+    await env.close()
+    assert result.done and result.components.get("outcome") == 0.0, result.info.detail
+    assert result.info.failure is FailureReason.CHECKER_REJECTED, result.info.detail
+    assert not result.info.infrastructure
+
+
+FINANCE_JUNK: list[Any] = [
+    None, True, 10**5000, -(10**5000), float("nan"), float("inf"), 1e308, "x" * 1_000_000,
+    [[[[]]]], {"a": {"b": [1, {"c": None}]}}, [1, "2", None], "\x00\ud800", "٣", 1.5,
+]  # fmt: skip
+
+
+def finance_junk_answers(task: FinanceTask) -> list[dict[str, Any]]:
+    """Answers with forged fields, wrong types, nested junk and huge strings in every argument."""
+    ref = finance_reference(task)
+    citation = ref["citations"][0]
+    deep: Any = []
+    for _ in range(5000):
+        deep = [deep]
+    out: list[dict[str, Any]] = [
+        {**ref, "outcome": 1.0},
+        {**ref, "passed": True, "verdict": "accepted"},
+        {"citations": deep, "value": ref.get("value")},
+        {**ref, "citations": [deep]},
+        {**ref, "citations": [{**citation, "value": deep}]},
+    ]
+    for junk in FINANCE_JUNK:
+        out += [
+            {**ref, "value": junk},
+            {**ref, "calculation": junk},
+            {**ref, "items": [junk] if junk is None else junk},
+            {**ref, "citations": junk},
+            {**ref, "citations": [junk]},
+            {**ref, "citations": [{**citation, "value": junk}]},
+            {**ref, "citations": [{**citation, "row": junk}, *ref["citations"][1:]]},
+            {**ref, "citations": [{"document": citation["document"], "line": junk, "value": "1"}]},
+        ]
+    return out
+
+
+async def test_finance_no_action_makes_the_environment_raise(pool: SandboxPool) -> None:
+    """Forged fields, wrong types, nested junk and huge numbers or strings, in the answer and in
+    the other tools: env.step returns, never an infrastructure failure, never outcome 1."""
+    env = FinanceEnv(pool, EnvConfig(max_steps=100))
+    for task in (GROWTH, QUARTERS):
+        for arguments in finance_junk_answers(task):
+            await env.reset(task)
+            result = await env.step(act(tool("answer", **arguments)))
+            assert result.components.get("outcome", 0.0) == 0.0, arguments
+            assert not result.info.infrastructure, result.info.detail
+        await env.reset(task)
+        for junk in FINANCE_JUNK:
+            for name, arguments in [
+                ("read", {"document": junk}),
+                ("read", {"document": "quarterly_2024.csv", "page": junk}),
+                ("read", {"document": "quarterly_2024.csv", "section": junk}),
+                ("read", {"document": "quarterly_2024.csv", "page_size": junk}),
+                ("calculator", {"expression": junk}),
+                ("query", {"sql": junk}),
+                ("list_documents", {"junk": junk}),
+            ]:
+                result = await env.step(act(tool(name, **arguments)))
+                assert not result.info.infrastructure, (name, arguments, result.info.detail)
+    await env.close()
+
+
+async def test_finance_the_honest_answers_still_count(pool: SandboxPool) -> None:
+    """Every built-in finance reference (the examples, the tempting set, generated tasks) is
+    accepted through the environment, and so are honest rewritings of a calculation."""
+    tasks = [*load_tasks("examples-finance").tasks, *load_tasks("tempting-finance").tasks,
+             *generate_finance_tasks(24, seed=5)]  # fmt: skip
+    env = FinanceEnv(pool, EnvConfig(max_steps=8))
+    for task in tasks:
+        assert isinstance(task, FinanceTask)
+        await env.reset(task)
+        for action in env.reference_actions(task):
+            result = await env.step(action)
+        assert result.done and result.components["outcome"] == 1.0, (task.id, result.info)
+    for text in ("c2 / c1 * 100 - 100", "(c2 / c1 - 1) * 100", "100 * (c2 - c1) / c1",
+                 "(36048 - 31732) / 31732 * 100", "(c2 - c1) * 100 / c1"):  # fmt: skip
+        result = await play(env, Trick("honest", GROWTH, [calculation(text)]))
+        assert result.components["outcome"] == 1.0, (text, result.info.detail)
+    for value in ("13.60", " 13.6014 ", "13.6%", "\u00a013.60\n"):
+        result = await play(env, Trick("honest", GROWTH, [finance_answer(GROWTH, value=value)]))
+        assert result.components["outcome"] == 1.0, (value, result.info.detail)
+    swapped = finance_reference(GROWTH)
+    swapped["citations"] = swapped["citations"][::-1]
+    result = await play(env, Trick("honest", GROWTH, [finance_answer(
+        GROWTH, citations=swapped["citations"], calculation="(c1 - c2) / c2 * 100")]))  # fmt: skip
+    assert result.components["outcome"] == 1.0, result.info.detail
+    await env.close()
+
+
+# -- structure -----------------------------------------------------------------------------------
+
+STRUCTURE = generate_structure_tasks(12, 7)
+BRACKET = next(t for t in STRUCTURE if "family:bracket" in t.tags)
+GEAR = next(t for t in STRUCTURE if "family:gear" in t.tags)
+
+
+def build_scene(scene: dict[str, Any]) -> Action:
+    return act(tool("build", scene=scene))
+
+
+def build_script(script: str) -> Action:
+    return act(tool("build", script=script))
+
+
+def changed(task: StructureTask, change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
+    """The task's target, copied and changed."""
+    scene: dict[str, Any] = json.loads(json.dumps(task.target))
+    change(scene)
+    return scene
+
+
+def _cuts(scene: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(scene["objects"][0]["children"][1:])
+
+
+def _each_cut(**fields: Any) -> Callable[[dict[str, Any]], object]:
+    return lambda scene: [cut.update(fields) for cut in _cuts(scene)]
+
+
+def _move_cuts(dx: float) -> Callable[[dict[str, Any]], None]:
+    def move(scene: dict[str, Any]) -> None:
+        for cut in _cuts(scene):
+            cut["translate"] = [cut["translate"][0] + dx, *cut["translate"][1:]]
+
+    return move
+
+
+def _drop_tooth(scene: dict[str, Any]) -> None:
+    scene["objects"][0]["children"][0]["children"].pop(2)
+
+
+PLATE = {"objects": [BRACKET.target["objects"][0]["children"][0]]}  # the holes left out
+SUMMARY = {
+    "bbox": [[0, 0, 0], [1, 1, 1]],
+    "size": [1, 1, 1],
+    "volume": 1,
+    "components": 1,
+    "holes": 0,
+    "watertight": True,
+    "materials": [],
+    "lights": 0,
+    "objects": [],
+}
+TAMPER = """\
+g = box.__globals__
+def forged(scene, target, checks):
+    names = ["iou", "dims", "volume", "holes", "components", "watertight", "materials", "lights",
+             "features", "surface"]
+    return {"iou": 1.0, "image_similarity": 1.0,
+            "constraints": [{"name": n, "passed": True, "detail": ""} for n in names]}
+g["compare"] = forged
+add(box([1, 1, 1]))
+"""
+FORGER = f"""\
+g = box.__globals__
+reply = {{"ok": True, "error": None, "summary": {SUMMARY!r}, "scene": {{"script": {TAMPER!r}}}}}
+g["sys"].__stdout__.write(g["json"].dumps(reply) + "\\n")
+g["sys"].__stdout__.flush()
+g["os"]._exit(0)
+"""
+ESCAPE_SCRIPTS = [  # each reaches (or would reach) past the scene API
+    "g = box.__globals__\ng['compare'] = None",
+    "f = (x for x in []).gi_frame.f_back",
+    "b = __builtins__",
+    "os = __import__('os')",
+    "s = '{0.__globals__[sys]}'.format(box)",
+    "match box:\n    case object(__globals__=g):\n        pass",
+    "try:\n    1 / 0\nexcept Exception as e:\n    t = e.__traceback__.tb_frame",
+    "import os",
+    "import sys",
+]
+STRUCTURE_TRICKS = [
+    *(Trick(f"a script reaching past the scene API: {code.splitlines()[0]}", BRACKET,
+            [build_scene(PLATE), build_script(code + "\nadd(box([1, 1, 1]))\n"),
+             act(tool("submit"))]) for code in ESCAPE_SCRIPTS),
+    Trick("a script that forges its reply, then tampers with the comparison at submit", BRACKET,
+          [build_script(FORGER), act(tool("submit"))]),
+    Trick("a scene that is a script, to run where the target lives", BRACKET,
+          [build_scene({"script": TAMPER}), act(tool("submit"))]),
+    Trick("a scene that is the reference script, run where the target lives", BRACKET,
+          [build_scene({"script": BRACKET.reference or ""}), act(tool("submit"))]),
+    Trick("a script that raises SystemExit", BRACKET,
+          [build_scene(PLATE), build_script("raise SystemExit(0)"), act(tool("submit"))]),
+    Trick("holes far too small", BRACKET,
+          [build_scene(changed(BRACKET, _each_cut(radius=0.3))), act(tool("submit"))]),
+    Trick("holes a little too small", BRACKET,
+          [build_scene(changed(BRACKET, lambda s: [c.update(radius=c["radius"] * 0.8)
+                                                   for c in _cuts(s)])),
+           act(tool("submit"))]),
+    Trick("holes in the wrong place", BRACKET,
+          [build_scene(changed(BRACKET, _move_cuts(1.5))), act(tool("submit"))]),
+    Trick("square holes for round ones", BRACKET,
+          [build_scene(changed(BRACKET, lambda s: [c.update(segments=4) for c in _cuts(s)])),
+           act(tool("submit"))]),
+    Trick("blind holes for through-holes", BRACKET,
+          [build_scene(changed(BRACKET, lambda s: [c.update(height=c["height"] / 2)
+                                                   for c in _cuts(s)])),
+           act(tool("submit"))]),
+    Trick("a gear with a tooth left out", GEAR,
+          [build_scene(changed(GEAR, _drop_tooth)), act(tool("submit"))]),
+    Trick("a gear with a bore too small", GEAR,
+          [build_scene(changed(GEAR, lambda s: _cuts(s)[0].update(radius=1))),
+           act(tool("submit"))]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("trick", STRUCTURE_TRICKS, ids=str)
+async def test_structure_tricks_earn_nothing(pool: SandboxPool, trick: Trick) -> None:
+    env = StructureEnv(pool, EnvConfig(max_steps=4))
+    result = await play(env, trick)
+    assert result.components.get("outcome", 0.0) == 0.0, result.info.detail
+    assert not result.info.infrastructure, result.info.detail
+    await env.close()
+
+
+@pytest.mark.parametrize("task", [BRACKET, GEAR], ids=lambda t: t.id)
+async def test_structure_references_still_count(pool: SandboxPool, task: StructureTask) -> None:
+    env = StructureEnv(pool)
+    await env.reset(task)
+    for action in env.reference_actions(task):
+        result = await env.step(action)
+    assert result.components["outcome"] == 1.0, result.info.detail
+    await env.close()
+
+
+# A script that got out of its confinement would own its process: these programs stand in for
+# it, in the script's place, and write what such a script could. The run that builds, measures
+# and judges never runs them: nothing they say reaches a summary, a process reward or a verdict.
+FORGED_REPLY = "import json\nprint(json.dumps({reply}))\n"
+HOSTILE_PROCESSES = [
+    ("forged summary, no scene",
+     FORGED_REPLY.format(reply='{"ok": True, "summary": {"watertight": True}}')),
+    ("forged scene that is a script",
+     FORGED_REPLY.format(reply='{"ok": True, "scene": {"script": "x = 1"}, "printed": ""}')),
+    ("forged fields of the wrong types",
+     FORGED_REPLY.format(reply='{"ok": True, "scene": [1, 2], "printed": 7}')),
+    ("a reply without ok", FORGED_REPLY.format(reply='{"scene": {"objects": []}}')),
+    ("ok of the wrong type", FORGED_REPLY.format(reply='{"ok": "yes", "error": None}')),
+    ("a scene nested 100,000 deep",
+     "import sys\nsys.stdout.write('{\"ok\": true, \"scene\": ' + '[' * 100000 + ']' * 100000"
+     " + '}\\n')\n"),
+    ("garbage for a last line", "print('{\"ok\": true, \"scene\"')\n"),
+    ("binary garbage", "import os\nos.write(1, bytes(range(256)) * 64)\n"),
+    ("exits with 0 and says nothing", "import os\nos._exit(0)\n"),
+    ("exits with 3", "import sys\nsys.exit(3)\n"),
+    ("kills itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
+    ("segfaults", "import ctypes\nctypes.string_at(0)\n"),
+    ("aborts", "import os\nos.abort()\n"),
+    ("closes its stdout and exits 0", "import os\nos.close(1)\n"),
+    ("floods its output", "import sys\nsys.stdout.write('x' * 40_000_000)\n"),
+    ("spins past its time", "while True:\n    pass\n"),
+    ("eats its memory", "blocks = []\nwhile True:\n    blocks.append(bytearray(1 << 24))\n"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "program"), HOSTILE_PROCESSES, ids=[n for n, _ in HOSTILE_PROCESSES]
+)
+async def test_a_script_process_that_misbehaves_is_the_models_failure(
+    pool: SandboxPool, monkeypatch: pytest.MonkeyPatch, name: str, program: str
+) -> None:
+    real = structure_runtime.kernel_request
+
+    def hostile(request: dict[str, Any], cpu_s: float = structure_runtime.CPU_S) -> ExecRequest:
+        made = real(request, min(cpu_s, 2.0))
+        if request.get("op") != "script":
+            return made
+        return dataclasses.replace(made, code=program, files={}, stdin="", filename="hostile.py")
+
+    monkeypatch.setattr(structure_runtime, "kernel_request", hostile)
+    env = StructureEnv(pool, EnvConfig(max_steps=4))
+    await env.reset(BRACKET)
+    built = await env.step(build_scene(PLATE))
+    assert built.components["built"] == 1.0
+    forged = await env.step(build_script("add(box([1, 1, 1]))"))
+    assert forged.info.failure is FailureReason.TOOL_ERROR, forged.info.detail
+    assert not forged.info.infrastructure and forged.components["built"] == 0.0
+    assert "watertight" not in forged.components
+    judged = await env.step(act(tool("submit")))
+    assert judged.done and judged.components["outcome"] == 0.0  # the plate, judged as it is
+    assert not judged.info.infrastructure
+    await env.close()
