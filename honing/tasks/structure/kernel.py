@@ -1009,7 +1009,7 @@ def surface_points(solid: Any, n: int = SURFACE_SAMPLES) -> tuple[np.ndarray, np
     return np.concatenate([drawn, verts]), t
 
 
-def to_triangles(points: np.ndarray, tris: np.ndarray, budget: int = 1 << 21) -> np.ndarray:
+def to_triangles(points: np.ndarray, tris: np.ndarray, budget: int = 1 << 18) -> np.ndarray:
     """For each point (k, 3), its exact distance to the nearest of the triangles (m, 3, 3):
     the closest point of each triangle by its Voronoi regions (vertex, edge or face)."""
     out = np.empty(len(points))
