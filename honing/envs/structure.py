@@ -5,7 +5,8 @@ Covered: `build(scene | script)`, `render(view)` (a text summary and a coarse si
 text-only policies; the PNG is its image and `last_render`), `inspect`, `rollback` (to the last
 scene that built as a closed solid), `submit` (the kernel's comparison: volume IoU, extents,
 volume, holes, bodies, watertightness, materials, lights, each stated cut by position and size,
-the surfaces' distance, and the image similarity when the task asks for it); process rewards `built`, `watertight` and one `met:<constraint>` per constraint.
+the surfaces' distance, and the image similarity when the task asks for it); process rewards
+`built`, `watertight` and one `met:<constraint>` per constraint.
 Everything runs in the sandbox (`honing.tasks.structure.runtime`). A script runs alone and
 gives back only a scene, as data, which a fresh kernel run builds: what the script's run does
 (an exit, a signal, a forged reply) is the model's failure, and the model's code never enters

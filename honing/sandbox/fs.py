@@ -5,7 +5,8 @@ symlink it finds there: input files are written only below the workspace's real 
 with O_NOFOLLOW, output files are read only when they are regular files (opened non-blocking, so a
 FIFO cannot hang the host), and moving, copying or deleting entries acts on the entries
 themselves, never on what a link points to; snapshots copy regular files, directories and links
-and leave out FIFOs, sockets and device nodes.
+and leave out FIFOs, sockets and device nodes. Nothing recurses: a job may nest its directories
+past Python's recursion limit and past what a path can name, and `wipe` still removes them all.
 """
 
 from __future__ import annotations
@@ -19,24 +20,78 @@ from pathlib import Path
 
 
 def wipe(directory: Path) -> None:
-    """Remove everything inside `directory`, even entries the job made unreadable."""
-    for entry in os.scandir(directory):
-        if entry.is_dir(follow_symlinks=False):
-            _rmtree(Path(entry.path))
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
+    """Remove everything inside `directory`, even entries the job made unreadable, however deep
+    the job nested its directories: no recursion, and no path longer than one name (each
+    directory is opened relative to its parent, one descriptor at a time)."""
+    fd = os.open(directory, _DIR_FLAGS)
+    try:
+        _empty(fd)
+    finally:
+        os.close(fd)
 
 
-def _rmtree(path: Path) -> None:
-    def fix_and_retry(func, p, _exc):  # type: ignore[no-untyped-def]
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o700)
-            if not os.path.islink(p) and os.path.isdir(p):
-                os.chmod(p, 0o700)
-        func(p)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-    shutil.rmtree(path, onerror=fix_and_retry)
+
+def _open_dir(parent: int, name: str) -> int:
+    """The directory `name` in `parent`, opened without following a link; made readable first
+    when the job took that away."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except PermissionError:
+        os.chmod(name, 0o700, dir_fd=parent)  # a directory (lstat said so), never a link here
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+
+
+def _empty(top: int) -> None:
+    """Remove every entry below the open directory `top`, depth first, holding one descriptor
+    besides `top`: going down opens a child, going back up opens "..", which is no link."""
+    names: list[str] = []  # the directories entered below `top`, outermost first
+    fd = os.dup(top)
+    try:
+        while True:
+            child = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        child = entry.name
+                        break
+                    _unlink(fd, entry.name)
+            if child is not None:
+                inner = _open_dir(fd, child)
+                os.close(fd)
+                fd = inner
+                names.append(child)
+                continue
+            if not names:
+                return
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            _rmdir(fd, names.pop())
+    finally:
+        os.close(fd)
+
+
+def _unlink(parent: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    except PermissionError:
+        os.chmod(f"/proc/self/fd/{parent}", 0o700)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=parent)
+
+
+def _rmdir(parent: int, name: str) -> None:
+    try:
+        os.rmdir(name, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    except PermissionError:
+        os.chmod(f"/proc/self/fd/{parent}", 0o700)
+        os.rmdir(name, dir_fd=parent)
 
 
 def check_relpath(relpath: str) -> None:
@@ -98,34 +153,57 @@ def read_file(root: Path, relpath: str) -> bytes:
 
 
 def read_files(root: Path, patterns: list[str], max_bytes: int) -> dict[str, bytes]:
-    """Regular files below `root` matching any glob in `patterns` (relative paths), size-capped."""
+    """Regular files below `root` matching any glob in `patterns` (relative paths), size-capped.
+    Walked without recursion and never through a link; a directory whose path is past what the
+    system can open is left out."""
     if not patterns:
         return {}
     found: dict[str, bytes] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        rel_dir = os.path.relpath(dirpath, root)
-        for name in filenames:
-            rel = name if rel_dir == "." else os.path.join(rel_dir, name)
-            if any(fnmatch.fnmatch(rel, p) for p in patterns):
-                fd = _open_regular(os.path.join(dirpath, name))
+    pending = [""]
+    while pending:
+        rel_dir = pending.pop()
+        try:
+            with os.scandir(root / rel_dir if rel_dir else root) as entries:
+                listed = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        except OSError:
+            continue
+        for name, is_dir in sorted(listed):
+            rel = os.path.join(rel_dir, name) if rel_dir else name
+            if is_dir:
+                pending.append(rel)
+            elif any(fnmatch.fnmatch(rel, p) for p in patterns):
+                fd = _open_regular(root / rel)
                 if fd is not None:
                     found[rel] = _read_capped(fd, max_bytes)
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
     return found
 
 
 def copy_tree(src: Path, dst: Path) -> None:
-    """Copy regular files, directories and symlinks (as links); skip FIFOs, sockets, devices."""
-
-    def special(directory: str, names: list[str]) -> set[str]:
-        skip = set()
-        for name in names:
-            mode = os.lstat(os.path.join(directory, name)).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-                skip.add(name)
-        return skip
-
-    shutil.copytree(src, dst, symlinks=True, ignore=special, dirs_exist_ok=True)
+    """Copy regular files, directories and symlinks (as links); skip FIFOs, sockets, devices.
+    Walked without recursion; OSError (ENAMETOOLONG) when the job nested its directories past
+    what the system's paths can name."""
+    pending = [""]
+    while pending:
+        rel_dir = pending.pop()
+        source, target = src / rel_dir, dst / rel_dir
+        target.mkdir(parents=True, exist_ok=True)
+        with os.scandir(source) as entries:
+            listed = [(e.name, e.stat(follow_symlinks=False).st_mode) for e in entries]
+        for name, mode in listed:
+            rel = os.path.join(rel_dir, name) if rel_dir else name
+            if stat.S_ISDIR(mode):
+                pending.append(rel)
+            elif stat.S_ISLNK(mode):
+                link = target / name
+                with contextlib.suppress(FileNotFoundError):
+                    if not stat.S_ISDIR(os.lstat(link).st_mode):
+                        os.unlink(link)
+                os.symlink(os.readlink(source / name), link)
+            elif stat.S_ISREG(mode):
+                with contextlib.suppress(FileNotFoundError):
+                    if not stat.S_ISDIR(os.lstat(target / name).st_mode):
+                        os.unlink(target / name)  # never write through what is there
+                shutil.copy2(source / name, target / name, follow_symlinks=False)
 
 
 def move_entries(src: Path, dst: Path) -> None:
