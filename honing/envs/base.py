@@ -54,6 +54,20 @@ def untrusted_json(text: str) -> Any:
         raise ValueError(f"nested too deep ({exc})") from exc
 
 
+def argument_text(value: object) -> str | None:
+    """A text argument as text: a string, or a number given for one (JSON has no other kind of
+    scalar a model would mean as text); None for anything else, and for an int too long to
+    write out (Python's int_max_str_digits: JSON never carries one, a hand-built action may)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return str(value)
+    except ValueError:
+        return None
+
+
 class FailureReason(enum.StrEnum):
     MALFORMED_ACTION = "malformed_action"  # unparsable tool call, bad arguments
     UNKNOWN_TOOL = "unknown_tool"
@@ -93,9 +107,23 @@ class Action(_Record):
 
     @classmethod
     def from_openai(cls, message: dict[str, Any]) -> Action:
-        """Parse an OpenAI chat message; MalformedAction says which call and what is wrong."""
+        """Parse an OpenAI chat message; MalformedAction says which call and what is wrong (or
+        that the message is no object, its calls no list, its content no text)."""
+        if not isinstance(message, dict):
+            raise MalformedAction(f"a message must be an object, not {type(message).__name__}")
+        raw_calls = message.get("tool_calls") or []
+        if not isinstance(raw_calls, list):
+            raise MalformedAction(f"tool_calls must be a list, not {type(raw_calls).__name__}")
+        content = message.get("content") or ""
+        if isinstance(content, list):  # content parts: their text
+            texts = [
+                p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"
+            ]
+            content = "\n".join(t for t in texts if isinstance(t, str))
+        if not isinstance(content, str):
+            raise MalformedAction(f"content must be text, not {type(content).__name__}")
         calls = []
-        for i, raw in enumerate(message.get("tool_calls") or []):
+        for i, raw in enumerate(raw_calls):
             function = raw.get("function") if isinstance(raw, dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 raise MalformedAction(f"tool call {i}: needs function.name")
@@ -107,13 +135,14 @@ class Action(_Record):
                     raise MalformedAction(
                         f"tool call {i} ({function['name']}): arguments are not JSON: {exc}"
                     ) from exc
-            if not isinstance(arguments, dict):
+            if not isinstance(arguments, dict) or not all(isinstance(k, str) for k in arguments):
                 raise MalformedAction(
                     f"tool call {i} ({function['name']}): arguments must be a JSON object"
                 )
-            calls.append(ToolCall(id=str(raw.get("id") or f"call_{i}"), name=function["name"],
+            call_id = argument_text(raw.get("id")) or f"call_{i}"
+            calls.append(ToolCall(id=call_id, name=function["name"],
                                   arguments=arguments))  # fmt: skip
-        return cls(content=message.get("content") or "", tool_calls=calls)
+        return cls(content=content, tool_calls=calls)
 
 
 class TaskState(BaseModel):
@@ -333,6 +362,7 @@ class Environment(abc.ABC):
             limit: dict[str, Any] = {"step_limit": True}
             if info.failure is None:
                 limit["failure"] = FailureReason.STEP_LIMIT
+                limit["detail"] = f"the episode's {self.config.max_steps} steps are spent"
             info = info.model_copy(update=limit)
         info = info.model_copy(update={"step": self.steps,
                                        "step_s": time.monotonic() - started})  # fmt: skip

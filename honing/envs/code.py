@@ -13,6 +13,7 @@ workspace (read on the host after the call). Not covered: the judge itself
 
 from __future__ import annotations
 
+import errno
 import re
 from pathlib import PurePosixPath
 from typing import Any
@@ -39,6 +40,10 @@ SOLUTION = CODE_SOLUTION
 CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
 RUN_TIMEOUT_S = 10.0
 TEST_NAME = re.compile(r"test_.*\.py|.*_test\.py|conftest\.py")
+# What a written path (or what the model's programs made of the workspace) can make a write fail
+# with; any other error is the host's.
+PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EEXIST,
+                         errno.ELOOP, errno.EACCES, errno.EPERM})  # fmt: skip
 
 TOOLS = [
     tool_schema("write_file", "Write a file in the workspace (replaces it).",
@@ -184,7 +189,10 @@ class CodeEnv(Environment):
         try:
             if call.name == "write_file":
                 path, content = _str_arg(args, "path"), _str_arg(args, "content")
-                ws.write(path, content)
+                try:
+                    ws.write(path, content)
+                except OSError as exc:
+                    return _write_failed(path, exc)
                 return CallOutcome(True, f"wrote {path} ({len(content)} characters)")
             if call.name == "read_file":
                 path = _str_arg(args, "path")
@@ -233,8 +241,12 @@ class CodeEnv(Environment):
                 components={"outcome": 0.0, "compiles": 0.0, "tests_passed": 0.0},
                 risks=result.risks,
             )
+        kept = ""
         if verdict.share > self.best[0]:
-            self.best = (verdict.share, ws.snapshot())
+            try:
+                self.best = (verdict.share, ws.snapshot())
+            except OSError as exc:  # a tree nested past what a path can name (or a full disk)
+                kept = f"\n(not kept as the best state: it cannot be copied: {exc.strerror})"
         failure = None
         if verdict.tampering:
             failure = FailureReason.TAMPERING
@@ -247,7 +259,7 @@ class CodeEnv(Environment):
         }
         return CallOutcome(
             verdict.passed_all,
-            verdict.render(),
+            verdict.render() + kept,
             failure=failure,
             components=components,
             seconds=result.wall_s,
@@ -261,6 +273,17 @@ def is_test_path(path: str) -> bool:
     folder."""
     parts = PurePosixPath(path).parts
     return bool(parts) and ("tests" in parts[:-1] or TEST_NAME.fullmatch(parts[-1]) is not None)
+
+
+def _write_failed(path: str, exc: OSError) -> CallOutcome:
+    """A write the path refused (too long, below a file, over a directory, a loop or a mode
+    the model's programs made) is the model's; any other is the host's (a full disk, I/O)."""
+    if exc.errno not in PATH_ERRNOS:
+        return CallOutcome(False, f"the workspace could not be written: {exc.strerror}",
+                           failure=FailureReason.SANDBOX_ERROR)  # fmt: skip
+    shown = path if len(path) <= 100 else path[:100] + "…"
+    return CallOutcome(False, f"cannot write {shown!r}: {exc.strerror}",
+                       failure=FailureReason.TOOL_ERROR)  # fmt: skip
 
 
 def _str_arg(args: dict[str, Any], name: str) -> str:

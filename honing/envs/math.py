@@ -21,6 +21,7 @@ from honing.envs.base import (
     FailureReason,
     StepOutput,
     ToolCall,
+    argument_text,
     malformed,
     tool_schema,
 )
@@ -133,13 +134,13 @@ class MathEnv(Environment):
         if call.name != "answer":
             return CallOutcome(False, f"unknown tool {call.name!r}; available: calculator, answer",
                                FailureReason.UNKNOWN_TOOL)  # fmt: skip
-        value = call.arguments.get("value")
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
+        value = argument_text(call.arguments.get("value"))
+        if value is None:
             return CallOutcome(False, "argument 'value' must be a string",
                                FailureReason.MALFORMED_ACTION)  # fmt: skip
         assert isinstance(self.task, MathTask)
         self.done = True
-        verdict = await math_equal(self.pool, self.task.answer, str(value))
+        verdict = await math_equal(self.pool, self.task.answer, value)
         if verdict.problem is not None:
             reason = (FailureReason.SANDBOX_ERROR if verdict.problem is Problem.SANDBOX
                       else FailureReason.VERIFIER_CRASH)  # fmt: skip
@@ -158,6 +159,12 @@ async def calculate(pool: SandboxPool, expression: object) -> CallOutcome:
     if not isinstance(expression, str):
         return CallOutcome(False, "argument 'expression' must be a string",
                            FailureReason.MALFORMED_ACTION)  # fmt: skip
+    if not expression.isascii():  # the program's stdin is UTF-8: a lone surrogate is no text
+        try:
+            expression.encode()
+        except UnicodeEncodeError as exc:
+            return CallOutcome(False, f"argument 'expression' is not text: {exc.reason}",
+                               FailureReason.MALFORMED_ACTION)  # fmt: skip
     result = await pool.run(
         ExecRequest(code=CALCULATOR, stdin=expression, timeout_s=CALC_TIMEOUT_S)
     )
@@ -165,7 +172,8 @@ async def calculate(pool: SandboxPool, expression: object) -> CallOutcome:
         return CallOutcome(False, result.error, FailureReason.SANDBOX_ERROR, risks=result.risks)
     out = json.loads(result.stdout) if result.status is ExecStatus.OK else {}
     if "value" not in out:
-        reason = out.get("error") or f"{result.status.value} ({result.error})"
+        tail = (result.stderr.strip().splitlines() or [""])[-1][:300]  # a crash's last words
+        reason = out.get("error") or f"{result.status.value} ({result.error or tail})"
         return CallOutcome(False, f"calculator: {reason}", FailureReason.TOOL_ERROR,
                            components={"tool_ok": 0.0}, seconds=result.wall_s,
                            risks=result.risks)  # fmt: skip

@@ -24,6 +24,7 @@ from honing.envs.base import (
     FailureReason,
     StepOutput,
     ToolCall,
+    argument_text,
     malformed,
     tool_schema,
 )
@@ -179,8 +180,8 @@ class SqlEnv(Environment):
             return await self._query(sql)
         if call.name == "answer":
             text = call.arguments.get("text")
-            if isinstance(text, int | float) and not isinstance(text, bool):
-                text = f"Answer: {text}"
+            if not isinstance(text, str) and argument_text(text) is not None:  # a bare number
+                text = f"Answer: {argument_text(text)}"
             if not isinstance(text, str) or not text.strip():
                 return _malformed(
                     "argument 'text' must be a non-empty string"

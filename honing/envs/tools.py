@@ -29,6 +29,7 @@ from honing.envs.base import (
     StepOutput,
     ToolCall,
     ToolResult,
+    argument_text,
     malformed,
     tool_schema,
 )
@@ -71,6 +72,14 @@ def checked(judge: Callable[[], T]) -> tuple[T | None, str]:
 
 
 def convert_units(value: float, from_unit: str, to_unit: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError("`value` must be a number")
+    if not (isinstance(from_unit, str) and isinstance(to_unit, str)):
+        raise TypeError("`from_unit` and `to_unit` must be strings")
+    try:
+        value = float(value)  # from here on, float arithmetic: an overflow is inf, never raised
+    except OverflowError as exc:
+        raise ToolError("`value` is out of range") from exc
     if from_unit in TEMPERATURES and to_unit in TEMPERATURES:
         celsius = {"C": value, "F": (value - 32) * 5 / 9, "K": value - 273.15}[from_unit]
         return {"C": celsius, "F": celsius * 9 / 5 + 32, "K": celsius + 273.15}[to_unit]
@@ -81,6 +90,8 @@ def convert_units(value: float, from_unit: str, to_unit: str) -> float:
 
 
 def calendar(operation: str, date: str, days: int | None = None, other: str | None = None) -> str:
+    if not isinstance(operation, str):
+        raise TypeError("`operation` must be a string")
     try:
         day = dt.date.fromisoformat(date)
         if operation == "weekday":
@@ -210,11 +221,11 @@ class ToolsEnv(Environment):
         task = self._task()
         if call.name == "answer":
             self.done = True
-            value = call.arguments.get("value")
-            if not isinstance(value, str | int | float) or isinstance(value, bool):
+            given = argument_text(call.arguments.get("value"))
+            if given is None:
                 return CallOutcome(False, "argument 'value' must be a string",
                                    FailureReason.MALFORMED_ACTION)  # fmt: skip
-            right, rejected = checked(lambda: answers_match(task.answer or "", str(value)))
+            right, rejected = checked(lambda: answers_match(task.answer or "", given))
             if rejected:
                 return CallOutcome(False, f"incorrect: {rejected}",
                                    FailureReason.CHECKER_REJECTED,
@@ -251,8 +262,10 @@ class ToolsEnv(Environment):
         return CallOutcome(True, f"{call.name} -> {value}")
 
     def _lookup(self, key: str) -> str:
+        if not isinstance(key, str):
+            raise TypeError("`key` must be a string")
         facts = {k.lower(): v for k, v in self._task().facts.items()}
-        if not isinstance(key, str) or key.lower() not in facts:
+        if key.lower() not in facts:
             raise ToolError(f"no entry for {key!r}")
         if key.lower() in self.removed:
             raise ToolError(f"no entry for {key!r} (pop_record removed it)")

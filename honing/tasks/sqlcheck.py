@@ -430,19 +430,30 @@ def without_code(text: str) -> str:
 
 
 def numbers(text: str) -> list[Number]:
-    """The numbers `text` states outside code, in order."""
+    """The numbers `text` states outside code, in order. One past a float's range (1e999) has
+    the value ±inf, and states nothing (`states`)."""
     found = []
     for m in _NUMBER.finditer(without_code(text)):
         digits = m["digits"].replace(",", "")
         decimals = len(digits.split(".")[1]) if "." in digits else 0
-        exponent = int(m["exp"] or 0)
+        exponent = _exponent(m["exp"])
         sign = -1.0 if m["sign"] in ("-", "−") else 1.0
-        value = sign * float(digits) * 10.0**exponent
+        value = sign * float(f"{digits}e{exponent}")  # float() saturates to inf: never raises
         # A zero shows no significant digit: its exponent must not widen its rounding (0e9
-        # would state anything under 5e8).
-        unit = 10.0 ** ((exponent if value else 0) - decimals)
+        # would state anything under 5e8). Digits that are not zero keep theirs, even where the
+        # value underflows (1e-400 states about 0, not anything under 0.5).
+        zero = not digits.strip("0.")
+        unit = float(f"1e{(0 if zero else exponent) - decimals}")
         found.append(Number(value, unit))
     return found
+
+
+def _exponent(written: str | None) -> int:
+    """An exponent as written, those past ±9999 as ±10000 (past a float's range either way;
+    int() refuses more than 4,300 digits)."""
+    digits = (written or "0").lstrip("+-").lstrip("0") or "0"
+    size = int(digits) if len(digits) <= 4 else 10_000
+    return -size if (written or "").startswith("-") else size
 
 
 def answer_number(text: str) -> Number | None:
@@ -492,7 +503,10 @@ def close(given: float, expected: float, tolerance: float) -> bool:
 
 def states(answer: Number, value: float, tolerance: float) -> bool:
     """Whether the answer's number states `value`: equal up to the rounding the number shows
-    (1234.57 states 1234.5678), or within `tolerance`."""
+    (1234.57 states 1234.5678), or within `tolerance`; a number past a float's range states
+    nothing (its rounding would be infinite)."""
+    if not math.isfinite(answer.value):
+        return False
     rounding = answer.unit / 2 * (1 + FLOAT_REL) + FLOAT_ABS
     return abs(answer.value - value) <= rounding or close(answer.value, value, tolerance)
 
