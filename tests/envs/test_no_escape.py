@@ -28,8 +28,13 @@ from honing.envs import math as math_env
 from honing.envs.registry import make_env
 from honing.sandbox import SandboxPool
 from honing.tasks import CodeTask, MathTask, SqlTask, ToolsTask, mathcheck
+from honing.tasks.finance.generate import generate_finance_tasks
+from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask
 from honing.tasks.sqlcheck import duckdb_pool
+from honing.tasks.structure.generate import generate_structure_tasks
+from honing.tasks.structure.runtime import kernel_pool
+from honing.tasks.structure.task import StructureTask
 
 R = FailureReason
 # The model's failures, and the limits of its turn: never infrastructure.
@@ -350,7 +355,80 @@ def sql_cases() -> Iterator[Hostile]:
     yield forged_arguments(north_task, "answer", {"text": "Answer: 1"}, ["text"])
 
 
-BATTERY = [*code_cases(), *math_cases(), *tools_cases(), *sql_cases()]
+# -- structure -----------------------------------------------------------------------------------
+
+
+def bracket_task() -> StructureTask:
+    return next(t for t in generate_structure_tasks(6, 3) if "family:bracket" in t.tags)
+
+
+def plate() -> dict[str, Any]:
+    """The bracket's plate without its holes: a scene that builds."""
+    return {"objects": [bracket_task().target["objects"][0]["children"][0]]}
+
+
+SCENES: dict[str, Any] = {
+    "a box 1e308 wide": {"objects": [{"type": "box", "size": [1e308, 1, 1]}]},
+    "a NaN radius": {"objects": [{"type": "sphere", "radius": math.nan}]},
+    "an infinite translate": {"objects": [{"type": "box", "size": [1, 1, 1],
+                                           "translate": [math.inf, 0, 0]}]},
+    "a 100,000-digit size": {"objects": [{"type": "box", "size": [10**100_000, 1, 1]}]},
+    "10,000 levels of unions": {"objects": [deep(10_000)]},
+    "5,000 boxes": {"objects": [{"type": "box", "size": [1, 1, 1]}] * 5000},
+    "a scene that is a script": {"script": "add(box([1, 1, 1]))"},
+}  # fmt: skip
+
+
+def structure_cases() -> Iterator[Hostile]:
+    submit = call("submit", {})
+    for name, program in PROGRAMS.items():
+        built = (Action(tool_calls=[call("build", {"scene": plate()})]),
+                 Action(tool_calls=[call("build", {"script": program})]),
+                 Action(tool_calls=[submit]))  # fmt: skip
+        yield Hostile(f"build: a script that tries to {name}", bracket_task, built)
+    for name, scene in SCENES.items():
+        yield Hostile(f"build: {name}", bracket_task,
+                      (Action(tool_calls=[call("build", {"scene": scene})]),
+                       Action(tool_calls=[submit])), fails=True)  # fmt: skip
+    yield forged_arguments(bracket_task, "build", {"scene": plate()}, [])
+    yield forged_arguments(bracket_task, "build", {"script": "add(box([1, 1, 1]))"}, [])
+    first = (Action(tool_calls=[call("build", {"scene": plate()})]),)
+    render = forged_arguments(bracket_task, "render", {"view": "iso"}, [])
+    yield Hostile(render.name, bracket_task, first + render.actions)
+    named = {"objects": [{"type": "box", "size": [1, 1, 1], "name": "\udc80"}]}
+    yield Hostile("build: a lone surrogate for a name", bracket_task,
+                  (Action(tool_calls=[call("build", {"scene": named})]),))  # fmt: skip
+    forged = call("submit", {"scene": {"objects": []}, "outcome": 1})
+    yield Hostile("submit: forged arguments", bracket_task, (*first, Action(tool_calls=[forged])))
+
+
+# -- finance -------------------------------------------------------------------------------------
+
+
+def finance_task() -> FinanceTask:
+    return next(t for t in generate_finance_tasks(8, 5) if t.kind == "value")
+
+
+def finance_cases() -> Iterator[Hostile]:
+    task = finance_task()
+    document = next(iter(task.documents))
+    for value in OVERFLOWS:
+        yield Hostile(f"answer: {value[:40]!r}", finance_task,
+                      act(call("answer", {"value": value, "citations": [],
+                                          "calculation": value})))  # fmt: skip
+        yield Hostile(f"calculator: {value[:40]!r}", finance_task,
+                      act(call("calculator", {"expression": value})))  # fmt: skip
+    for name, sql in QUERIES.items():
+        yield Hostile(f"query: {name}", finance_task, act(call("query", {"sql": sql})))
+    reference = json.loads(task.reference or "{}")
+    yield forged_arguments(finance_task, "read", {"document": document, "page": 1}, ["document"])
+    yield forged_arguments(finance_task, "query", {"sql": "SELECT 1"}, ["sql"])
+    yield forged_arguments(finance_task, "calculator", {"expression": "1 + 1"}, ["expression"])
+    yield forged_arguments(finance_task, "answer", reference, [])
+
+
+BATTERY = [*code_cases(), *math_cases(), *tools_cases(), *sql_cases(), *structure_cases(),
+           *finance_cases()]  # fmt: skip
 
 
 # -- the tests -----------------------------------------------------------------------------------
@@ -361,6 +439,7 @@ async def pool(module_pool: SandboxPool) -> SandboxPool:
     """The module's pool, its checkers' siblings started (outside any step's time limit)."""
     await mathcheck.checker_pool(module_pool)
     await duckdb_pool(module_pool)
+    await kernel_pool(module_pool)
     return module_pool
 
 

@@ -169,9 +169,9 @@ class ScriptRun:
 
 def scene_problem(value: Any) -> str | None:
     """Why `value` cannot be a scene to send to the kernel, or None: it must be a JSON object
-    of plain values (objects with string keys, lists, strings, finite or not numbers, booleans,
-    null) at most SCENE_DEPTH deep, with at most SCENE_VALUES values and SCENE_TEXT characters
-    of strings. Walked without recursion, so no nesting can break the host."""
+    of plain values (objects with string keys, lists, strings, floats, integers of at most 64
+    bits, booleans, null) at most SCENE_DEPTH deep, with at most SCENE_VALUES values and
+    SCENE_TEXT characters of strings. Walked without recursion: no nesting breaks the host."""
     if not isinstance(value, dict):
         return f"a scene must be an object, not {type(value).__name__}"
     stack: list[tuple[Any, int]] = [(value, 1)]
@@ -193,6 +193,8 @@ def scene_problem(value: Any) -> str | None:
             stack.extend((child, depth + 1) for child in item)
         elif isinstance(item, str):
             text += len(item)
+        elif isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > 64:
+            return "a scene's numbers are at most 64-bit integers (or floats)"
         elif not (item is None or isinstance(item, bool | int | float)):
             return f"a scene holds only JSON values, not {type(item).__name__}"
         if text > SCENE_TEXT:
