@@ -172,7 +172,8 @@ def _training(run: TrainedRun) -> str:
     else:
         method = "full fine-tune (every weight)"
     algorithm = (
-        f"{ALGORITHMS.get(learner.advantage, learner.advantage)} advantages, decoupled PPO loss "
+        f"{ALGORITHMS.get(learner.advantage, learner.advantage)} advantages, decoupled "
+        f"{learner.policy_loss.upper()} loss "
         f"(clip {1 - learner.eps_low:g}..{1 + learner.eps_high:g}), {learner.aggregation}-level "
         f"aggregation, KL coefficient {learner.kl_coef:g}"
     )

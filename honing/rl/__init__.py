@@ -2,7 +2,8 @@
 
     advantages   grpo, dr_grpo, rloo, reinforce_pp and gae advantages, token_rewards, whiten,
                  turn_level_advantages, broadcast_to_tokens, distill_advantages
-    losses       policy_loss (-> PolicyLoss, PolicyLossStats), aggregate, Aggregation
+    losses       policy_loss, gspo_loss, cispo_loss (-> PolicyLoss, PolicyLossStats),
+                 PolicyLossKind, aggregate, Aggregation
     value        value_loss (-> ValueLoss), explained_variance: the critic's loss and diagnostic
     offpolicy    decoupled_policy_loss, token_staleness, staleness_mask
     kl           kl_k1, kl_k2, kl_k3, kl_penalty, KLEstimator
@@ -29,7 +30,16 @@ from honing.rl.advantages import (
 )
 from honing.rl.kl import KLEstimator, kl_k1, kl_k2, kl_k3, kl_penalty
 from honing.rl.logprobs import entropy_from_logits, token_entropy, token_logprobs
-from honing.rl.losses import Aggregation, PolicyLoss, PolicyLossStats, aggregate, policy_loss
+from honing.rl.losses import (
+    Aggregation,
+    PolicyLoss,
+    PolicyLossKind,
+    PolicyLossStats,
+    aggregate,
+    cispo_loss,
+    gspo_loss,
+    policy_loss,
+)
 from honing.rl.masking import masked_mean, masked_sum
 from honing.rl.offpolicy import CapMode, decoupled_policy_loss, staleness_mask, token_staleness
 from honing.rl.value import ValueLoss, explained_variance, value_loss
@@ -40,10 +50,12 @@ __all__ = [
     "CapMode",
     "KLEstimator",
     "PolicyLoss",
+    "PolicyLossKind",
     "PolicyLossStats",
     "ValueLoss",
     "aggregate",
     "broadcast_to_tokens",
+    "cispo_loss",
     "decoupled_policy_loss",
     "distill_advantages",
     "dr_grpo_advantages",
@@ -51,6 +63,7 @@ __all__ = [
     "explained_variance",
     "gae_advantages",
     "grpo_advantages",
+    "gspo_loss",
     "kl_k1",
     "kl_k2",
     "kl_k3",

@@ -8,9 +8,10 @@ Decoupled PPO (AReaL, Fu et al. 2025): the trust region is taken around the *pro
 (the learner's weights before this update) and the behaviour/proximal gap is corrected by the
 importance weight `w = exp(proximal - behaviour)`, capped at `max_weight` by truncation (Yao et
 al. 2025) or by masking (AReaL's `behav_imp_weight_cap`); with behaviour == proximal it is
-exactly `policy_loss`. docs/training.md ("The RL math in detail") gives the formula and the
-staleness bound. Not covered: sequence-level importance weights, and recomputing the proximal
-logprobs (the learner's forward pass before its first optimiser step on this batch).
+exactly `policy_loss`; `loss` swaps PPO's clipped ratio for GSPO's or CISPO's, the weight unchanged.
+docs/training.md ("The RL math in detail") gives the formulas and the staleness bound. Not
+covered: sequence-level importance weights, and recomputing the proximal logprobs (the learner's
+forward pass before its first optimiser step on this batch).
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from honing.rl.losses import Aggregation, PolicyLoss, policy_loss
+from honing.rl.losses import (
+    Aggregation,
+    PolicyLoss,
+    PolicyLossKind,
+    cispo_loss,
+    gspo_loss,
+    policy_loss,
+)
 from honing.rl.masking import masked_mean
 
 CapMode = Literal["truncate", "mask"]
@@ -41,6 +49,7 @@ def decoupled_policy_loss(
     aggregation: Aggregation = "token",
     norm_len: int | None = None,
     global_count: int | float | Tensor | None = None,
+    loss: PolicyLossKind = "ppo",
 ) -> PolicyLoss:
     """Decoupled PPO loss (AReaL); see the module docstring.
 
@@ -49,6 +58,8 @@ def decoupled_policy_loss(
     returns `PolicyLoss` whose stats also carry the mean applied importance weight and the share
     of tokens at the cap. With cap_mode="mask", capped tokens leave the mask (and the local
     token count); a `global_count` the caller passes should not include them.
+    `loss` "gspo" (gspo_loss) needs aggregation "sequence", its only one; "cispo" (cispo_loss)
+    clips r = current/proximal, so the weight on a token is w * clip(r), w capped separately.
     """
     if max_weight < 1.0:
         raise ValueError(
@@ -57,6 +68,13 @@ def decoupled_policy_loss(
         )
     if cap_mode not in ("truncate", "mask"):
         raise ValueError(f"unknown cap_mode {cap_mode!r}: use 'truncate' or 'mask'")
+    if loss not in ("ppo", "gspo", "cispo"):
+        raise ValueError(f"unknown loss {loss!r}: use 'ppo', 'gspo' or 'cispo'")
+    if loss == "gspo" and aggregation != "sequence":
+        raise ValueError(
+            f"loss 'gspo' averages over sequences (its ratio is one per sequence): pass "
+            f"aggregation='sequence', not {aggregation!r}"
+        )
     if proximal_logprobs.shape != behaviour_logprobs.shape:
         raise ValueError(
             f"proximal_logprobs {tuple(proximal_logprobs.shape)} and behaviour_logprobs "
@@ -74,18 +92,30 @@ def decoupled_policy_loss(
         kept = valid & ~capped
         weight = torch.where(capped, torch.zeros_like(weight), weight)
 
-    result = policy_loss(
-        logprobs,
-        proximal_logprobs,
-        advantages,
-        kept,
-        eps_low=eps_low,
-        eps_high=eps_high,
-        aggregation=aggregation,
-        norm_len=norm_len,
-        global_count=global_count,
-        token_weights=weight,
-    )
+    if loss == "gspo":
+        result = gspo_loss(
+            logprobs,
+            proximal_logprobs,
+            advantages,
+            kept,
+            eps_low=eps_low,
+            eps_high=eps_high,
+            global_count=global_count,
+            token_weights=weight,
+        )
+    else:
+        result = (policy_loss if loss == "ppo" else cispo_loss)(
+            logprobs,
+            proximal_logprobs,
+            advantages,
+            kept,
+            eps_low=eps_low,
+            eps_high=eps_high,
+            aggregation=aggregation,
+            norm_len=norm_len,
+            global_count=global_count,
+            token_weights=weight,
+        )
     stats = dataclasses.replace(
         result.stats,
         is_weight_mean=masked_mean(weight, valid),

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from honing.config import StrictModel
-from honing.rl import Aggregation, KLEstimator
+from honing.rl import Aggregation, KLEstimator, PolicyLossKind
 
 AdvantageEstimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gae", "distill"]
 
@@ -95,6 +95,16 @@ class LearnerConfig(StrictModel):
         gt=0,
         description="gae: a value may move at most this far from its value at scoring time "
         "(PPO's clipped value loss, honing.rl.value_loss).",
+    )
+    policy_loss: PolicyLossKind = Field(
+        "ppo",
+        description="The policy loss (honing.rl.losses), each decoupled from the behaviour policy "
+        "by the capped importance weight: ppo (Schulman et al. 2017, clip-higher as DAPO); gspo "
+        "(Zheng et al. 2025, 'Group Sequence Policy Optimization': one length-normalised ratio "
+        "per sequence, clipped per sequence; needs aggregation: sequence, and far smaller clip "
+        "bounds than PPO's, the paper's are eps_low 3e-4, eps_high 4e-4: set them); cispo "
+        "(MiniMax-M1, 2025: the ratio clipped to [1 - eps_low, 1 + eps_high] as a detached "
+        "weight, every token keeps its gradient; the paper sets no lower bound, eps_low >= 1).",
     )
     aggregation: Aggregation = Field(
         "token",
@@ -189,6 +199,11 @@ class LearnerConfig(StrictModel):
         b1, b2 = self.betas
         if not (0 <= b1 < 1 and 0 <= b2 < 1):
             raise ValueError(f"betas {self.betas}: each must be in [0, 1)")
+        if self.policy_loss == "gspo" and self.aggregation != "sequence":
+            raise ValueError(
+                f"policy_loss gspo averages over sequences (its ratio is one per sequence): set "
+                f"aggregation: sequence, not {self.aggregation!r}"
+            )
         if self.advantage == "distill" and self.teacher is None:
             raise ValueError(
                 "advantage distill needs a teacher: set learner.teacher to a model directory "

@@ -10,10 +10,10 @@
       .teacher            advantage distill's teacher (frozen): per-token advantages, no reward
     check_logprob_match   engine's behaviour logprobs vs the learner's on the same tokens
 
-The loss is decoupled PPO (docs/training.md, "The modules in detail": the loss, the warnings,
-process rewards, the critic). Not covered: several PPO epochs over one batch (so the value clip
-never binds), KL folded into the reward, sharding (honing.trainer.distributed subclasses
-this); the sync itself is honing.trainer.sync.
+The loss is decoupled PPO, or GSPO or CISPO in its place (`policy_loss`; docs/training.md, "The
+modules in detail": the loss, the warnings, process rewards, the critic). Not covered: several
+PPO epochs over one batch (so the value clip never binds), KL folded into the reward, sharding
+(honing.trainer.distributed subclasses this); the sync itself is honing.trainer.sync.
 """
 
 from __future__ import annotations
@@ -839,6 +839,7 @@ class Learner:
             aggregation=cfg.aggregation,
             norm_len=cfg.norm_len,
             global_count=count,
+            loss=cfg.policy_loss,
         )
         loss = result.loss
         n = float(mask.sum())

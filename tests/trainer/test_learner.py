@@ -127,6 +127,33 @@ def test_update_raises_the_positive_advantage_sequence(
 
 
 @pytest.mark.parametrize(
+    "config",
+    [
+        LearnerConfig(
+            lr=1e-3, policy_loss="gspo", aggregation="sequence", eps_low=3e-4, eps_high=4e-4
+        ),
+        LearnerConfig(lr=1e-3, policy_loss="cispo", eps_low=1.0, eps_high=0.28),
+    ],
+    ids=["gspo", "cispo"],
+)
+def test_gspo_and_cispo_updates_change_the_weights_the_right_way(
+    tiny_model_dir: Path, config: LearnerConfig
+) -> None:
+    good, bad = make_trajs([1.0, 0.0])
+    learner = Learner(tiny_model_dir, config)
+    for t, lp in zip((good, bad), learner.logprobs([good, bad]), strict=True):
+        t.logprobs = lp
+    weights = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+    before = [sequence_logprob(learner, t) for t in (good, bad)]
+    stats = learner.update([Group("t", "g", [good, bad])])
+    after = [sequence_logprob(learner, t) for t in (good, bad)]
+    assert stats.stepped and stats.grad_norm > 0
+    assert any(not torch.equal(p, weights[n]) for n, p in learner.model.named_parameters())
+    assert after[0] > before[0]
+    assert after[1] < before[1]
+
+
+@pytest.mark.parametrize(
     "lora", [None, LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj", "down_proj"])]
 )
 async def test_weight_sync_makes_the_engine_equal_the_learner(

@@ -93,3 +93,13 @@ def test_the_risk_section_reads_yaml_off_and_refuses_settings_that_do_nothing(
     with pytest.raises(ValueError, match="budget do nothing in risk mode 'penalty'"):
         RiskSettings.model_validate({"mode": "penalty", "budget": 0.2})
     assert RiskSettings.model_validate({"mode": "constrained", "budget": 0.2}).budget == 0.2
+
+
+def test_a_policy_loss_typo_is_refused_naming_the_allowed_values(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"learner.policy_loss.*'ppo', 'gspo' or 'cispo'"):
+        load_yaml_model(config_file(tmp_path, learner={"policy_loss": "gpso"}), TrainConfig)
+    with pytest.raises(ConfigError, match="set aggregation: sequence"):
+        load_yaml_model(config_file(tmp_path, learner={"policy_loss": "gspo"}), TrainConfig)
+    gspo = {"policy_loss": "gspo", "aggregation": "sequence", "eps_low": 3e-4, "eps_high": 4e-4}
+    config = load_yaml_model(config_file(tmp_path, learner=gspo), TrainConfig)
+    assert config.learner.policy_loss == "gspo"
