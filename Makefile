@@ -73,6 +73,7 @@ bench: setup
 	$(PY) benchmarks/scheduler_scale.py
 	$(PY) benchmarks/grpo_vs_trl.py
 	$(PY) benchmarks/learning_vs_trl.py
+	$(PY) benchmarks/generator_capacity.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,8 +1,8 @@
 """The `sql` domain: answer a question about tables by querying them with DuckDB.
 
 Tasks: `SqlTask`; environment: `honing.envs.sql.SqlEnv`; references judged by the sql rules
-(`honing.tasks.quality.check_sql`); generator `sql`; built-in sets `examples-sql`,
-`tempting-sql`. docs/envs.md and docs/tasks.md describe the domain.
+(`honing.tasks.quality.check_sql`); generator `sql` (its `phrasings`); built-in sets
+`examples-sql`, `tempting-sql`. docs/envs.md and docs/tasks.md describe the domain.
 """
 
 from __future__ import annotations
@@ -16,13 +16,18 @@ from honing.tasks.quality import check_sql
 from honing.tasks.schema import SqlTask
 from honing.tasks.synthetic import generate_sql_tasks
 
+
+def _generate(n: int, seed: int, phrasings: str) -> list[SqlTask]:
+    return generate_sql_tasks(n, seed, phrasings)  # type: ignore[arg-type]  # checked there
+
+
 DOMAIN = register(
     Domain(
         name="sql",
         task=SqlTask,
         env=SqlEnv,
         check=check_sql,
-        generators={"sql": lambda n, seed, phrasings: generate_sql_tasks(n, seed)},
+        generators={"sql": _generate},
         sets={"tempting-sql": partial(tempting, "sql")},
         examples=EXAMPLES_DIR / "sql_examples.jsonl",
         description="financial questions answered with DuckDB queries",

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from honing.rollout.agent import AgentConfig
 
 SYNTHETIC_PREFIX = "synthetic-"
+PHRASED = ("synthetic-math", "synthetic-sql")  # the synthetic sets with held-out wordings
 # (section, key) of the settings `honing train` takes from `agent`: `env.max_steps` is
 # `agent.max_turns`, `learner.temperature` is `agent.temperature`. A run's config.yaml leaves
 # them out; one saved before they were derived holds values the run did not play (`load_saved`).
@@ -74,9 +75,9 @@ class TaskSource(StrictModel):
     limit: int | None = Field(None, ge=1, description="Keep the first `limit` tasks.")
     phrasings: Phrasings | None = Field(
         None,
-        description="synthetic-math only: 'train' words every task as training does; 'heldout' "
-        "words about half in ways training never does (tagged phrasing-unseen). Default: "
-        "'heldout' for held-out sets, 'train' for the rest.",
+        description="synthetic-math and synthetic-sql only: 'train' words every task as "
+        "training does; 'heldout' words about half in ways training never does (tagged "
+        "phrasing-unseen). Default: 'heldout' for held-out sets, 'train' for the rest.",
     )
     weight: float = Field(1.0, gt=0, description="Share of the training mix (train sources).")
 
@@ -88,9 +89,9 @@ class TaskSource(StrictModel):
                 f"count and seed apply to synthetic-* task sets only, not {self.tasks!r}; use "
                 "limit to shorten a task set"
             )
-        if self.phrasings is not None and self.tasks != SYNTHETIC_PREFIX + "math":
+        if self.phrasings is not None and self.tasks not in PHRASED:
             raise ValueError(
-                f"phrasings applies to synthetic-math only, not {self.tasks!r}; drop it"
+                f"phrasings applies to {' and '.join(PHRASED)} only, not {self.tasks!r}; drop it"
             )
         return self
 

@@ -1,5 +1,6 @@
-"""Task sources of a run: synthetic-math held-out sets are worded as training never is, and a
-held-out set keeps out every task that training or the warm start asks, in any words."""
+"""Task sources of a run: synthetic-math and synthetic-sql held-out sets are worded as training
+never is, and a held-out set keeps out every task that training or the warm start asks, in any
+words."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ from honing.trainer.run_config import TaskSource, TrainConfig
 from honing.trainer.sources import heldout_sets, load_source
 
 
-def test_a_heldout_source_gets_unseen_wordings_and_a_training_source_none() -> None:
-    source = TaskSource(tasks="synthetic-math", count=64, seed=12)
+@pytest.mark.parametrize("tasks", ["synthetic-math", "synthetic-sql"])
+def test_a_heldout_source_gets_unseen_wordings_and_a_training_source_none(tasks: str) -> None:
+    source = TaskSource(tasks=tasks, count=64, seed=12)
     heldout = load_source("math", source, heldout=True)
     train = load_source("math", source)
     assert sum(UNSEEN_TAG in t.tags for t in heldout.tasks) > 16
@@ -34,7 +36,7 @@ def test_a_heldout_source_gets_unseen_wordings_and_a_training_source_none() -> N
 
 
 def test_phrasings_is_refused_where_it_means_nothing() -> None:
-    with pytest.raises(ValidationError, match="synthetic-math only"):
+    with pytest.raises(ValidationError, match="synthetic-math and synthetic-sql only"):
         TaskSource(tasks="synthetic-tools", count=8, phrasings="heldout")
 
 

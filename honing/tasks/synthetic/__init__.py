@@ -5,8 +5,10 @@
     math     generate_math_tasks(n, seed)          multi-digit arithmetic; phrasings="heldout"
                                                    words half as training never does
     tools    generate_tools_tasks(n, seed)         unit conversion, calendar, lookup, calculator
-    sql      generate_sql_tasks(n, seed)           small financial tables with a known answer
-    common   what the domains share: `generate`, tags and metadata, `as_taskset`
+    sql      generate_sql_tasks(n, seed)           small financial tables with a known answer;
+                                                   phrasings="heldout" as for math
+    common   what the domains share: `generate`, tags and metadata, held-out wordings,
+             `as_taskset`
 
 The same `(n, seed)` gives the same tasks with the same ids on any machine; every task has a
 reference whose expected values are computed here, independently of the environments (tasks do
@@ -15,14 +17,14 @@ checking the references (the tests run them through the real environments).
 """
 
 from honing.tasks.synthetic.code import CODE_FAMILIES, WORDS, generate_code_tasks
-from honing.tasks.synthetic.common import TWO_DIGITS, as_taskset
-from honing.tasks.synthetic.math import (
-    MATH_FAMILIES,
+from honing.tasks.synthetic.common import (
+    TWO_DIGITS,
     UNSEEN_SHARE,
     UNSEEN_TAG,
     Phrasings,
-    generate_math_tasks,
+    as_taskset,
 )
+from honing.tasks.synthetic.math import MATH_FAMILIES, generate_math_tasks
 from honing.tasks.synthetic.repair import generate_code_repair_tasks
 from honing.tasks.synthetic.sql import SQL_EXAMPLES, generate_sql_tasks
 from honing.tasks.synthetic.tools import (

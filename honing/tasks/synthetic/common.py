@@ -1,5 +1,6 @@
 """What the synthetic domains share: drawing `n` distinct tasks from families in turn, the
-tags and metadata every task carries, and `as_taskset`.
+tags and metadata every task carries, the held-out phrasings (`Wording`, `phrase`,
+`UNSEEN_TAG`) and `as_taskset`.
 
 The random stream of a domain is seeded by `honing.tasks.synthetic/<domain>/<seed>`, a string
 kept as it was when everything lived in one module: changing it would change every task.
@@ -10,7 +11,8 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 from honing.tasks.load import AnyTask, TaskSet, question_key, tasks_from_rows
 from honing.tasks.schema import TaskBase
@@ -18,6 +20,27 @@ from honing.tasks.schema import TaskBase
 T = TypeVar("T", bound=TaskBase)
 
 TWO_DIGITS = [b for b in range(11, 100) if b % 10]  # a multiple of 10 makes it too easy
+
+Phrasings = Literal["train", "heldout"]
+UNSEEN_TAG = "phrasing-unseen"  # a held-out task phrased in a way no training task is
+UNSEEN_SHARE = 0.5  # of a held-out set's tasks
+
+
+@dataclass(frozen=True)
+class Wording:
+    """One problem's phrasings: those training draws from, and those kept for held-out sets."""
+
+    seen: tuple[str, ...]
+    unseen: tuple[str, ...]
+
+
+def phrase(
+    rng: random.Random, phrasings: Phrasings, wording: Wording, **fields: Any
+) -> tuple[str, bool]:
+    """A prompt from `wording` filled in with `fields`, and whether it is unseen: with
+    `phrasings="heldout"`, `UNSEEN_SHARE` of them are (no draw at all for "train")."""
+    unseen = phrasings == "heldout" and rng.random() < UNSEEN_SHARE
+    return rng.choice(wording.unseen if unseen else wording.seen).format(**fields), unseen
 
 
 def _rng(domain: str, seed: int) -> random.Random:

@@ -12,23 +12,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
 from honing.tasks.schema import MathTask
-from honing.tasks.synthetic.common import TWO_DIGITS, family_metadata, generate
-
-Phrasings = Literal["train", "heldout"]
-UNSEEN_TAG = "phrasing-unseen"  # a held-out task phrased in a way no training task is
-UNSEEN_SHARE = 0.5  # of a held-out set's tasks
-
-
-@dataclass(frozen=True)
-class _Wording:
-    """One problem's phrasings: those training draws from, and those kept for held-out sets."""
-
-    seen: tuple[str, ...]
-    unseen: tuple[str, ...]
+from honing.tasks.synthetic.common import (
+    TWO_DIGITS,
+    UNSEEN_TAG,
+    Phrasings,
+    Wording,
+    family_metadata,
+    generate,
+    phrase,
+)
 
 
 def _math(
@@ -38,15 +32,14 @@ def _math(
     phrasings: Phrasings,
     family: str,
     difficulty: str,
-    wording: _Wording,
+    wording: Wording,
     expression: str,
     answer: int,
     **numbers: int,
 ) -> MathTask:
     """The task, worded by one of `wording`'s phrasings filled in with `numbers`; `expression`
     (the same names) is the calculation, kept in the metadata for reference traces."""
-    unseen = phrasings == "heldout" and rng.random() < UNSEEN_SHARE
-    prompt = rng.choice(wording.unseen if unseen else wording.seen).format(**numbers)
+    prompt, unseen = phrase(rng, phrasings, wording, **numbers)
     return MathTask(
         id=task_id,
         prompt=prompt,
@@ -57,7 +50,7 @@ def _math(
     )
 
 
-_SUM = _Wording(
+_SUM = Wording(
     seen=(
         "What is {a} + {b}?",
         "Add {a} and {b}.",
@@ -72,7 +65,7 @@ _SUM = _Wording(
         "picked in all?",
     ),
 )
-_DIFFERENCE = _Wording(
+_DIFFERENCE = Wording(
     seen=(
         "What is {a} - {b}?",
         "Subtract {b} from {a}.",
@@ -86,7 +79,7 @@ _DIFFERENCE = _Wording(
         "A runner has covered {b} metres of a {a} metre race. How many metres are left to run?",
     ),
 )
-_PRODUCT = _Wording(
+_PRODUCT = Wording(
     seen=(
         "What is {a} * {b}?",
         "Compute {a} × {b}.",
@@ -100,7 +93,7 @@ _PRODUCT = _Wording(
         "Each of {b} trains carries {a} passengers. How many passengers is that altogether?",
     ),
 )
-_QUOTIENT_EXACT = _Wording(
+_QUOTIENT_EXACT = Wording(
     seen=(
         "What is {n} / {d}?",
         "Divide {n} by {d}.",
@@ -112,7 +105,7 @@ _QUOTIENT_EXACT = _Wording(
         "{n} sweets are shared equally among {d} children. How many sweets does each child get?",
     ),
 )
-_QUOTIENT_FLOOR = _Wording(
+_QUOTIENT_FLOOR = Wording(
     seen=(
         "What is the quotient when {n} is divided by {d}, ignoring the remainder?",
         "What is {n} // {d} (integer division)?",
@@ -120,7 +113,7 @@ _QUOTIENT_FLOOR = _Wording(
     ),
     unseen=("How many whole times does {d} go into {n}?",),
 )
-_REMAINDER = _Wording(
+_REMAINDER = Wording(
     seen=(
         "What is the remainder when {n} is divided by {d}?",
         "What is {n} mod {d}?",
@@ -133,11 +126,11 @@ _REMAINDER = _Wording(
         "{n} eggs are packed into boxes of {d}. How many eggs are left over?",
     ),
 )
-_PRODUCT_LARGE = _Wording(
+_PRODUCT_LARGE = Wording(
     seen=("What is {a} * {b}?", "Compute {a} × {b}.", "Calculate {a} times {b}."),
     unseen=("What is {a} multiplied by {b}?", "How much do {b} tickets at {a} dollars each cost?"),
 )
-_PROFIT = _Wording(
+_PROFIT = Wording(
     seen=(
         "A store sells {a} items at {b} dollars each and pays {c} dollars in rent. What is its "
         "profit in dollars?",
@@ -147,11 +140,11 @@ _PROFIT = _Wording(
         "still fresh?",
     ),
 )
-_PRODUCT_PLUS = _Wording(
+_PRODUCT_PLUS = Wording(
     seen=("What is {a} * {b} + {c}?", "Compute {a} × {b} + {c}."),
     unseen=("Multiply {a} by {b}, then add {c}. What is the result?",),
 )
-_SUM_TIMES = _Wording(
+_SUM_TIMES = Wording(
     seen=("What is ({a} + {c}) * {b}?", "Compute ({a} + {c}) × {b}."),
     unseen=("Add {a} and {c}, then multiply the sum by {b}.",),
 )
