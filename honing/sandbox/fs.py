@@ -16,6 +16,7 @@ import fnmatch
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -56,7 +57,7 @@ def _empty(top: int) -> None:
                     if entry.is_dir(follow_symlinks=False):
                         child = entry.name
                         break
-                    _unlink(fd, entry.name)
+                    _remove(os.unlink, fd, entry.name)
             if child is not None:
                 inner = _open_dir(fd, child)
                 os.close(fd)
@@ -68,30 +69,22 @@ def _empty(top: int) -> None:
             parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = parent
-            _rmdir(fd, names.pop())
+            _remove(os.rmdir, fd, names.pop())
     finally:
         os.close(fd)
 
 
-def _unlink(parent: int, name: str) -> None:
+def _remove(remove: Callable[..., None], parent: int, name: str) -> None:
+    """`remove(name, dir_fd=parent)` (os.unlink or os.rmdir), gone already being fine; a parent
+    the job made read-only is made writable first."""
     try:
-        os.unlink(name, dir_fd=parent)
+        remove(name, dir_fd=parent)
     except FileNotFoundError:
         pass
     except PermissionError:
         os.chmod(f"/proc/self/fd/{parent}", 0o700)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(name, dir_fd=parent)
-
-
-def _rmdir(parent: int, name: str) -> None:
-    try:
-        os.rmdir(name, dir_fd=parent)
-    except FileNotFoundError:
-        pass
-    except PermissionError:
-        os.chmod(f"/proc/self/fd/{parent}", 0o700)
-        os.rmdir(name, dir_fd=parent)
+            remove(name, dir_fd=parent)
 
 
 def check_relpath(relpath: str) -> None:
