@@ -33,6 +33,7 @@ ALGORITHMS = {
     "dr_grpo": "Dr. GRPO",
     "rloo": "RLOO",
     "reinforce_pp": "REINFORCE++",
+    "passk": "pass@k (Chen et al. 2025)",
     "gae": "PPO (GAE)",
     "distill": "on-policy distillation",
 }

@@ -958,11 +958,17 @@ def learner_section(data: RunData) -> str:
         for k, label in stats
     ]
     kept = [u.learner.get("groups", 0) - u.learner.get("dropped_groups", 0) for u in updates]
+    process_only = int(sum(u.learner.get("process_only_groups", 0) for u in updates))
     caption = (
         "Loss and entropy should move smoothly; a growing KL or grad norm, or clipped shares "
         "far above 0, mean the policy is changing fast. Groups with equal rewards teach "
         f"nothing and are dropped: {int(sum(kept))} of "
-        f"{int(sum(u.learner.get('groups', 0) for u in updates))} groups were kept."
+        f"{int(sum(u.learner.get('groups', 0) for u in updates))} groups were kept"
+        + (
+            f", {process_only} of them with equal outcomes for their process rewards alone."
+            if process_only
+            else "."
+        )
     )
     return section_html(
         "learner",

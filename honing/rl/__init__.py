@@ -1,7 +1,7 @@
 """RL math: small pure tensor functions (no state, no I/O) that the learner calls.
 
-    advantages   grpo, dr_grpo, rloo, reinforce_pp and gae advantages, token_rewards, whiten,
-                 turn_level_advantages, broadcast_to_tokens, distill_advantages
+    advantages   grpo, dr_grpo, rloo, reinforce_pp, passk and gae advantages, token_rewards,
+                 whiten, turn_level_advantages, broadcast_to_tokens, distill_advantages
     losses       policy_loss, gspo_loss, cispo_loss (-> PolicyLoss, PolicyLossStats),
                  PolicyLossKind, aggregate, Aggregation
     value        value_loss (-> ValueLoss), explained_variance: the critic's loss and diagnostic
@@ -22,6 +22,7 @@ from honing.rl.advantages import (
     dr_grpo_advantages,
     gae_advantages,
     grpo_advantages,
+    passk_advantages,
     reinforce_pp_advantages,
     rloo_advantages,
     token_rewards,
@@ -70,6 +71,7 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "masked_sum",
+    "passk_advantages",
     "policy_loss",
     "reinforce_pp_advantages",
     "rloo_advantages",

@@ -4,6 +4,7 @@
     dr_grpo_advantages        r - group mean                                  Liu et al. 2025
     rloo_advantages           r - mean of the *other* samples of the group    Ahmadian et al. 2024
     reinforce_pp_advantages   group baseline, then normalised over the batch  Hu 2025
+    passk_advantages          pass@k of the group's k-subsets, analytically   Chen et al. 2025
     gae_advantages            GAE over the model's tokens with a value head   Schulman et al. 2016
     distill_advantages        per token: teacher logprob - student logprob    Agarwal et al. 2024
     token_rewards / whiten / turn_level_advantages / broadcast_to_tokens      (see each docstring)
@@ -17,6 +18,8 @@ KL as a loss term, `honing.rl.kl`).
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
 from typing import NamedTuple
 
 import torch
@@ -142,6 +145,63 @@ def reinforce_pp_advantages(
     if a.numel() < 2 or bool(a.max() == a.min()):
         return torch.zeros_like(a).reshape(rewards.shape)
     return ((a - a.mean()) / (a.std() + eps)).reshape(rewards.shape)
+
+
+def passk_advantages(rewards: Tensor, group_ids: Tensor | None = None, *, k: int) -> Tensor:
+    """Pass@k advantages (Chen et al. 2025, "Pass@k Training for Adaptively Balancing Exploration
+    and Exploitation of Large Reasoning Models"; the objective of Walder & Karkhanis 2025,
+    "Pass@K Policy Optimization"): train for "one of k samples succeeds", not for the mean.
+
+    Shapes: rewards [G, n], or [N] with group_ids [N]; returns the same shape as rewards.
+    Rewards must be binary (0 or 1); anything else is an error. With n samples of which c
+    passed, a k-subset of the group (one of C(n, k)) scores max of its rewards, 1 unless all k
+    failed, so the group's pass@k is `p = 1 - f` with `f = C(n - c, k) / C(n, k)`, and the
+    k-subset scores have std `sigma = sqrt(f (1 - f))`. A sample's advantage is the mean, over
+    the C(n - 1, k - 1) k-subsets that hold it, of the normalised `(score - p) / sigma`:
+        success:  every subset holding it scores 1               A = f / sigma
+        failure:  a subset holding it scores 0 with probability  A = (f - q) / sigma,
+                  q = C(n - c - 1, k - 1) / C(n - 1, k - 1)    (the other k - 1 all failed)
+    Since f = (n - c) / n * q, these are `(n - c) q / (n sigma)` and `-c q / (n sigma)`: of
+    opposite signs and summing to 0 over the group. k = 1 is GRPO with the population std,
+    `(r - mean) / std_pop`, no eps. A group with no success, or fewer than k failures (every
+    k-subset passes: sigma = 0, pass@k is already 1), gets 0, as does a group smaller than k
+    (e.g. after infrastructure failures were dropped: pass@k needs k samples). Binomials are
+    exact (`math.comb`), one ratio per distinct (size, successes). Leaves out Chen et al.'s
+    mixing of pass@k with pass@1 advantages, and PKPO's non-binary rewards and its per-sample
+    unbiased gradient estimators.
+    """
+    groups = _groups(rewards, group_ids)
+    r, index, g = groups
+    if not bool(((r == 0) | (r == 1)).all()):
+        found = sorted(set(r.tolist()) - {0.0, 1.0})[:3]
+        raise ValueError(
+            f"passk advantages need binary rewards (0 or 1), got {found}: pass@k counts "
+            "successes; use grpo (or another estimator) for graded rewards"
+        )
+    if r.numel() == 0:
+        return torch.zeros_like(r).reshape(rewards.shape)
+    zeros = torch.zeros(g, dtype=torch.long, device=r.device)
+    size = zeros.index_add(0, index, torch.ones_like(index))
+    passed = zeros.index_add(0, index, (r == 1).long())
+    largest = int(size.max())
+    if not 1 <= k <= largest:
+        raise ValueError(f"k={k}: pass@k advantages need 1 <= k <= the group size ({largest})")
+    per_group = [_passk_pair(n, c, k) for n, c in zip(size.tolist(), passed.tolist(), strict=True)]
+    pairs = torch.tensor(per_group, dtype=torch.float64, device=r.device)  # [G, 2]
+    chosen = torch.where(r == 1, pairs[index, 0], pairs[index, 1])
+    return chosen.to(r.dtype).reshape(rewards.shape)
+
+
+@lru_cache(maxsize=4096)
+def _passk_pair(n: int, c: int, k: int) -> tuple[float, float]:
+    """(a success's, a failure's) pass@k advantage in a group of n samples with c successes."""
+    failed = n - c
+    if c == 0 or failed < k:
+        return 0.0, 0.0
+    f = math.comb(failed, k) / math.comb(n, k)  # int / int: correctly rounded, any size
+    q = math.comb(failed - 1, k - 1) / math.comb(n - 1, k - 1)
+    sigma = math.sqrt(f * (1.0 - f))
+    return f / sigma, (f - q) / sigma
 
 
 class GAE(NamedTuple):

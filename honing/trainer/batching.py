@@ -1,6 +1,7 @@
 """From `Group` records to tensors: per-sequence rewards and group ids, and padded micro-batches.
 
-    drop_zero_variance   dynamic sampling (DAPO): the groups whose rewards differ, and how many not
+    drop_zero_variance   dynamic sampling (DAPO) -> Sampled: the groups that carry a signal (their
+                         rewards, or with process rewards their turns' rewards, differ), the rest
     batch_from_groups    -> TrainBatch: rewards [N], group ids [N], micro-batches packed by tokens
     micro_batches        trajectories -> padded micro-batches (no rewards needed: for scoring)
     MicroBatch           one forward pass: ids, attention mask, and next-token targets' tensors
@@ -23,6 +24,7 @@ import torch
 from torch import Tensor
 
 from honing.records import ROLE_CREDIT, Ending, Group, Trajectory
+from honing.rl.advantages import turn_level_advantages
 from honing.rl.risk import shaped_rewards
 
 OUTCOME = "outcome"
@@ -96,19 +98,55 @@ def training_rewards(trajectories: Sequence[Trajectory], risk_weight: float = 0.
     return shaped_rewards(outcomes, costs, risk_weight) if risk_weight else outcomes
 
 
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    """What dynamic sampling kept of an update's groups."""
+
+    kept: list[Group]
+    dropped: int  # groups without a signal (fewer than two trainable trajectories included)
+    process_only: int  # of `kept`, the groups whose outcomes are equal: kept for their turns
+
+
 def drop_zero_variance(
-    groups: Sequence[Group], risk_weight: float = 0.0
-) -> tuple[list[Group], int]:
-    """The groups whose trainable trajectories' training rewards (`training_rewards`) are not
-    all equal, and the number of groups dropped (including groups with fewer than two trainable
-    trajectories)."""
+    groups: Sequence[Group],
+    risk_weight: float = 0.0,
+    *,
+    process_components: Sequence[str] | None = None,
+) -> Sampled:
+    """Dynamic sampling (DAPO, Yu et al. 2025): keep the groups whose trainable trajectories
+    carry a signal: their training rewards (`training_rewards`) are not all equal, or, with
+    process rewards in use (`process_components`; None when process_weight is 0), their turns
+    are (`process_signal`: some process advantage the loss would use is nonzero). A group kept
+    for its turns alone counts in `Sampled.process_only`."""
     kept: list[Group] = []
+    process_only = 0
     for group in groups:
-        rewards = set(training_rewards([t for t in group.trajectories if trainable(t)],
-                                       risk_weight).tolist())  # fmt: skip
-        if len(rewards) > 1:
+        trajectories = [t for t in group.trajectories if trainable(t)]
+        if len(set(training_rewards(trajectories, risk_weight).tolist())) > 1:
             kept.append(group)
-    return kept, len(groups) - len(kept)
+        elif process_components is not None and process_signal(trajectories, process_components):
+            kept.append(group)
+            process_only += 1
+    return Sampled(kept, len(groups) - len(kept), process_only)
+
+
+def process_signal(trajectories: Sequence[Trajectory], components: Sequence[str]) -> bool:
+    """Whether one group's process rewards (`turn_rewards`) give some model token a nonzero
+    advantage: `turn_level_advantages` with outcome advantages 0 is not 0 everywhere, which needs
+    some k whose k-th turns' process rewards differ among the episodes that have a k-th turn."""
+    n = len(trajectories)
+    if n < 2:
+        return False
+    turns = turn_rewards(trajectories, components)
+    process = turn_level_advantages(
+        torch.zeros(n),
+        turns.rewards,
+        turns.mask,
+        turns.token_turns,
+        torch.zeros(n, dtype=torch.long),
+        process_weight=1.0,
+    )
+    return bool(process.any())
 
 
 def _check(trajectory: Trajectory) -> None:

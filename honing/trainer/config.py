@@ -16,7 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from honing.config import StrictModel
 from honing.rl import Aggregation, KLEstimator, PolicyLossKind
 
-AdvantageEstimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "gae", "distill"]
+AdvantageEstimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_pp", "passk", "gae", "distill"]
 
 # The settings of the critic (advantage gae) alone: changing one for another estimator is an error
 # (it would have no effect), not a silent no-op.
@@ -49,8 +49,16 @@ class LearnerConfig(StrictModel):
     advantage: AdvantageEstimator = Field(
         "grpo",
         description="Advantage estimator over each group's outcome rewards (honing.rl.advantages); "
+        "passk: train pass@passk_k rather than pass@1, for tasks the policy rarely solves "
+        "(binary rewards; honing.rl.passk_advantages); "
         "gae: PPO with a learned critic (a value head on the policy's last hidden states); "
         "distill: on-policy distillation from `teacher`, per token, no reward (`honing distill`).",
+    )
+    passk_k: int = Field(
+        4,
+        ge=1,
+        description="advantage passk: the k of pass@k, below the group size n (with k = n every "
+        "mixed group passes at k and trains nothing); 1 is GRPO with the population std.",
     )
     teacher: str | None = Field(
         None,
@@ -138,7 +146,11 @@ class LearnerConfig(StrictModel):
     kl_estimator: KLEstimator = Field("k3", description="KL estimator (honing.rl.kl).")
     dynamic_sampling: bool = Field(
         True,
-        description="Drop groups whose rewards are all equal (DAPO): they carry no signal.",
+        description="Drop groups whose rewards are all equal (DAPO): they carry no signal. With "
+        "process_weight > 0 a group whose outcomes are equal is kept when its process rewards "
+        "differ at some turn k (among its k-th turns), so that some process advantage the loss "
+        "would use is nonzero (honing.trainer.batching.process_signal); the update counts such "
+        "groups apart, in process_only_groups.",
     )
     lr: float = Field(1e-5, gt=0, description="Peak learning rate of AdamW.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW's decoupled weight decay.")
@@ -220,6 +232,11 @@ class LearnerConfig(StrictModel):
             raise ValueError(
                 "advantage distill takes each token's advantage from the teacher; "
                 "process_weight adds reward-based ones: drop process_weight"
+            )
+        if self.advantage != "passk" and self.passk_k != type(self).model_fields["passk_k"].default:
+            raise ValueError(
+                f"learner.passk_k is {self.passk_k}, but it sets the k of advantage passk and "
+                f"does nothing with advantage {self.advantage!r}: set advantage: passk, or drop it"
             )
         if self.advantage != "gae":
             changed = [

@@ -134,7 +134,7 @@ class DistributedLearner(Learner):
         if config.advantage == "gae":
             raise ValueError(
                 "a sharded learner does not train a critic yet: use a group estimator (grpo, "
-                "rloo, dr_grpo, reinforce_pp), or the one-process Learner for advantage gae"
+                "rloo, dr_grpo, reinforce_pp, passk), or the one-process Learner for advantage gae"
             )
         super().__init__(model, config, pad_id=pad_id, version=version)
         self.source = model  # a one-process checkpoint is read by a Learner built from it

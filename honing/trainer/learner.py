@@ -46,6 +46,7 @@ from honing.rl import (
     grpo_advantages,
     kl_penalty,
     masked_mean,
+    passk_advantages,
     reinforce_pp_advantages,
     rloo_advantages,
     staleness_mask,
@@ -58,6 +59,7 @@ from honing.rl import (
 )
 from honing.trainer.batching import (
     MicroBatch,
+    Sampled,
     TrainBatch,
     batch_from_groups,
     drop_zero_variance,
@@ -65,7 +67,7 @@ from honing.trainer.batching import (
     trainable,
     turn_rewards,
 )
-from honing.trainer.config import AdvantageEstimator, LearnerConfig
+from honing.trainer.config import LearnerConfig
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +79,12 @@ _ADVANTAGES = {
 }
 
 
-def advantages(name: AdvantageEstimator, rewards: Tensor, group_ids: Tensor) -> Tensor:
-    """Per-sequence advantages [N] by the named group estimator (not gae, which needs values:
-    the learner's critic computes it)."""
+def advantages(config: LearnerConfig, rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """Per-sequence advantages [N] by the group estimator `config.advantage` (not gae, which
+    needs values: the learner's critic computes it)."""
+    name = config.advantage
+    if name == "passk":
+        return passk_advantages(rewards, group_ids, k=config.passk_k)
     if name not in _ADVANTAGES:
         raise ValueError(f"advantage {name!r} is not a group estimator: it needs a critic")
     return _ADVANTAGES[name](rewards, group_ids)
@@ -113,6 +118,8 @@ class LearnerStats:
     micro_batches: int
     groups: int  # groups received
     dropped_groups: int  # zero-variance groups dropped (dynamic sampling)
+    # of the groups kept, those with equal outcomes kept for their process rewards alone
+    process_only_groups: int
     stale_tokens: int  # model tokens left out for being older than max_staleness
     seconds: float
     stepped: bool  # False when nothing was left to train on (no optimiser step was taken)
@@ -228,20 +235,22 @@ class Learner:
         of an episode's risk cost, taken off its outcome before the advantages (0: unpriced)."""
         start = time.perf_counter()
         cfg = self.config
+        process = cfg.process_components if cfg.process_weight > 0 else None
         if cfg.dynamic_sampling and cfg.advantage != "distill":  # distill: the teacher judges
-            kept, dropped = drop_zero_variance(groups, risk_weight)
+            sampled = drop_zero_variance(groups, risk_weight, process_components=process)
         else:
-            kept, dropped = list(groups), 0
-        if groups and not kept:
+            sampled = Sampled(list(groups), dropped=0, process_only=0)
+        if groups and not sampled.kept:
             log.warning(
-                "learner: every one of the %d groups of this update had equal rewards "
+                "learner: every one of the %d groups of this update had equal rewards%s "
                 "(zero variance): nothing to learn, no step taken. The tasks are all too easy or "
                 "too hard for the policy, or the reward is constant (check the environment's "
                 "outcome reward)",
                 len(groups),
+                "" if process is None else ", and equal process rewards turn by turn",
             )
         lr = self.optimizer.param_groups[0]["lr"]
-        sums, batch, stale = self.backward(kept, risk_weight=risk_weight)
+        sums, batch, stale = self.backward(sampled.kept, risk_weight=risk_weight)
         tokens = batch.tokens - stale if batch is not None else 0
         if batch is not None and tokens == 0 and stale:
             log.warning(
@@ -253,10 +262,10 @@ class Learner:
             )
         if batch is None or tokens == 0:
             self._zero_grad()
-            return self._stats(sums, batch, groups, dropped, stale, 0.0, lr, start, False)
+            return self._stats(sums, batch, groups, sampled, stale, 0.0, lr, start, False)
         grad_norm = self.apply_gradients("learner")
         self._watch_gradient(grad_norm, sums.get("loss"))
-        return self._stats(sums, batch, groups, dropped, stale, grad_norm, lr, start, True)
+        return self._stats(sums, batch, groups, sampled, stale, grad_norm, lr, start, True)
 
     def apply_gradients(self, who: str) -> float:
         """Clip the accumulated gradient, take one optimiser and schedule step, clear the
@@ -413,7 +422,7 @@ class Learner:
     def _group_advantages(self, batch: TrainBatch) -> Tensor:
         """The group estimator's advantages: [N], or per token [N, W] with process rewards."""
         cfg = self.config
-        adv = advantages(cfg.advantage, batch.rewards, batch.group_ids)
+        adv = advantages(cfg, batch.rewards, batch.group_ids)
         if cfg.process_weight > 0:
             turns = turn_rewards(batch.trajectories, cfg.process_components)
             adv = turn_level_advantages(
@@ -930,7 +939,7 @@ class Learner:
         sums: _Sums,
         batch: TrainBatch | None,
         groups: Sequence[Group],
-        dropped: int,
+        sampled: Sampled,
         stale: int,
         grad_norm: float,
         lr: float,
@@ -962,7 +971,8 @@ class Learner:
             sequences=batch.sequences if batch is not None else 0,
             micro_batches=len(batch.micro_batches) if batch is not None else 0,
             groups=len(groups),
-            dropped_groups=dropped,
+            dropped_groups=sampled.dropped,
+            process_only_groups=sampled.process_only,
             stale_tokens=stale,
             seconds=time.perf_counter() - start,
             stepped=stepped,

@@ -80,6 +80,8 @@ def update_line(record: UpdateRecord, total: int, eta_s: float) -> str:
     s = record.learner
     reward = "n/a" if record.reward_mean is None else f"{record.reward_mean:.3f}"
     kept = int(s.get("groups", 0) - s.get("dropped_groups", 0))
+    process_only = int(s.get("process_only_groups", 0))
+    kept_for = f" ({process_only} for process rewards)" if process_only else ""
     rate = record.risk.get("rate")
     risk = "" if rate is None else f" risk {percent(rate)}"
     if rate is not None and "multiplier" in record.risk:
@@ -89,7 +91,7 @@ def update_line(record: UpdateRecord, total: int, eta_s: float) -> str:
         f"(infra failures {record.infra_errors}) reward {reward}{risk} | loss "
         f"{s.get('loss', 0.0):.4f} "
         f"entropy {s.get('entropy', 0.0):.3f} grad {s.get('grad_norm', 0.0):.3f} groups kept "
-        f"{kept}/{int(s.get('groups', 0))} | rollout {record.rollout_s:.0f}s update "
+        f"{kept}/{int(s.get('groups', 0))}{kept_for} | rollout {record.rollout_s:.0f}s update "
         f"{record.update_s:.0f}s sync {record.sync_s:.2f}s | ETA {eta_s / 60:.1f} min"
     )
 

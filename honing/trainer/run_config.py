@@ -405,6 +405,18 @@ class TrainConfig(StrictModel):
                 "the ray section is set but backend is local: set backend: ray (or pass "
                 "--ray-address), or drop the ray section"
             )
+        if self.learner.advantage == "passk" and self.learner.passk_k >= self.n:
+            raise ValueError(
+                f"learner.passk_k is {self.learner.passk_k} but the group size n is {self.n}: "
+                "pass@k advantages need k < n (with k = n a group has one k-subset, which "
+                "passes whenever the group has a success, and nothing is trained). Lower "
+                "learner.passk_k, or raise n"
+            )
+        if self.learner.advantage == "passk" and self.risk.mode != "off":
+            raise ValueError(
+                f"learner.advantage passk needs binary rewards, and risk.mode {self.risk.mode!r} "
+                "trains on outcome - weight x cost: set risk.mode: off, or use advantage grpo"
+            )
         if "temperature" in self.learner.model_fields_set:
             raise ValueError(
                 f"learner.temperature is {self.learner.temperature}, but honing train takes it "

@@ -270,9 +270,9 @@ def test_the_learner_trains_each_role_on_its_credit_not_the_teams_outcome() -> N
         return lead
 
     groups = by_role([Group("t", "g", [episode(i, r) for i, r in enumerate([0.5, 0, 0.5, 0])])])
-    kept, dropped = drop_zero_variance(groups)
-    assert dropped == 1 and [g.group_id for g in kept] == ["g:validator"]
-    rewards = training_rewards(kept[0].trajectories)
+    sampled = drop_zero_variance(groups)
+    assert sampled.dropped == 1 and [g.group_id for g in sampled.kept] == ["g:validator"]
+    rewards = training_rewards(sampled.kept[0].trajectories)
     assert rewards.tolist() == [0.5, 0.0, 0.5, 0.0]
     advantages = grpo_advantages(rewards[None])[0].tolist()
     assert advantages[0] > 0 > advantages[1] and advantages[0] == advantages[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from honing.records import Ending, Group, Trajectory
+from honing.records import Ending, Group, Trajectory, Turn
 from honing.trainer import batch_from_groups, drop_zero_variance, pack
 from honing.trainer.batching import micro_batches, trained_length
 
@@ -88,10 +88,50 @@ def test_drop_zero_variance_counts_the_dropped_groups() -> None:
     same = Group("a", "a", [traj([1, 2], [0, 1], 1.0), traj([1, 2], [0, 1], 1.0)])
     mixed = Group("b", "b", [traj([1, 2], [0, 1], 1.0), traj([1, 2], [0, 1], 0.0)])
     alone = Group("c", "c", [traj([1, 2], [0, 1], 1.0)])
-    kept, dropped = drop_zero_variance([same, mixed, alone])
-    assert [g.group_id for g in kept] == ["b"]
-    assert dropped == 2
-    assert torch.equal(batch_from_groups(kept, pad_id=0).rewards, torch.tensor([1.0, 0.0]))
+    sampled = drop_zero_variance([same, mixed, alone])
+    assert [g.group_id for g in sampled.kept] == ["b"]
+    assert sampled.dropped == 2 and sampled.process_only == 0
+    assert torch.equal(batch_from_groups(sampled.kept, pad_id=0).rewards, torch.tensor([1.0, 0.0]))
+
+
+def turned(outcome: float, *process: dict[str, float]) -> Trajectory:
+    """prompt (2) | per turn: 2 model tokens, then 1 observation token reporting `process[k]`."""
+    turns = [Turn(role="user", text="q", start=0, end=2)]
+    for k, components in enumerate(process):
+        start = 2 + 3 * k
+        turns += [Turn(role="assistant", text="a", start=start, end=start + 2),
+                  Turn(role="tool", text="o", start=start + 2, end=start + 3,
+                       components=components)]  # fmt: skip
+    t = traj(list(range(1, 3 + 3 * len(process))), [0, 0] + [1, 1, 0] * len(process), outcome)
+    t.turns = turns
+    return t
+
+
+def test_process_rewards_keep_groups_whose_outcomes_are_equal() -> None:
+    """With process rewards in use, a group whose outcomes are equal is kept exactly when some
+    turn's process advantage (GRPO among the group's k-th turns) is nonzero, and counted apart."""
+    ok, bad = {"well_formed": 1.0}, {"well_formed": 0.0}
+    groups = [
+        Group("t", "varied", [turned(1.0, ok, ok), turned(1.0, bad, ok)]),  # turn 0 differs
+        Group("t", "flat", [turned(0.0, ok, bad), turned(0.0, ok, bad)]),  # nothing differs
+        # turn 1: one episode has it, alone in its cell: advantage 0
+        Group("t", "longer", [turned(0.0, ok, bad), turned(0.0, ok)]),
+        # what differs is not a process component
+        Group("t", "other", [turned(0.0, ok | {"tool_ok": 1.0}), turned(0.0, ok)]),
+        Group("t", "mixed", [turned(1.0, ok), turned(0.0, ok)]),  # outcomes differ
+    ]
+    sampled = drop_zero_variance(groups, process_components=["well_formed"])
+    assert [g.group_id for g in sampled.kept] == ["varied", "mixed"]
+    assert (sampled.dropped, sampled.process_only) == (3, 1)
+    # process_weight 0: the outcome alone, as before
+    outcome_only = drop_zero_variance(groups)
+    assert [g.group_id for g in outcome_only.kept] == ["mixed"]
+    assert (outcome_only.dropped, outcome_only.process_only) == (4, 0)
+    # an infrastructure failure is no episode: its turns do not count
+    failed = turned(1.0, bad)
+    failed.ending = Ending.INFRA_ERROR
+    alone = Group("t", "alone", [turned(1.0, ok), failed])
+    assert drop_zero_variance([alone], process_components=["well_formed"]).kept == []
 
 
 def test_rows_end_at_their_last_model_token() -> None:

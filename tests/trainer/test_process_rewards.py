@@ -3,14 +3,19 @@ folded into per-token advantages (honing.rl.turn_level_advantages), and reaching
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 import torch
 
+from honing.observe.metrics import Timings, update_metrics
 from honing.records import Group, Trajectory, Turn
 from honing.trainer.batching import turn_rewards
 from honing.trainer.config import LearnerConfig
 from honing.trainer.learner import Learner
+from honing.trainer.result import update_line
+from honing.trainer.run_dir import UpdateRecord, numeric_fields
 
 
 def two_turn_trajectory(well_formed: tuple[float, float], outcome: float, seed: int) -> Trajectory:
@@ -73,3 +78,36 @@ def test_process_rewards_give_signal_where_outcomes_are_equal(tiny_model_dir: Pa
     )
     assert grad_after(outcome_only, [group]) == 0.0
     assert grad_after(with_process, [group]) > 0.0
+
+
+def test_dynamic_sampling_keeps_process_signal_and_counts_it_apart(
+    tiny_model_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A group of equal outcomes whose first turns differ in process reward is kept with
+    process_weight > 0, and the update's stats, metrics and log line count it apart."""
+    varied = Group(
+        "t", "varied", [two_turn_trajectory((float(i % 2), 0.0), 0.0, i) for i in range(4)]
+    )
+    mixed = Group(
+        "u", "mixed", [two_turn_trajectory((1.0, 1.0), float(i % 2), i) for i in range(4)]
+    )
+    flat = Group("v", "flat", [two_turn_trajectory((1.0, 0.0), 1.0, i) for i in range(4)])
+    process = LearnerConfig(process_weight=0.5, process_components=["well_formed"])
+    stats = Learner(tiny_model_dir, process).update([varied, mixed, flat])
+    assert stats.stepped and stats.sequences == 8
+    assert (stats.groups, stats.dropped_groups, stats.process_only_groups) == (3, 1, 1)
+    outcome_only = Learner(tiny_model_dir, LearnerConfig()).update([varied, mixed, flat])
+    assert (outcome_only.dropped_groups, outcome_only.process_only_groups) == (2, 0)
+
+    learner = numeric_fields(stats)
+    metrics = update_metrics([], learner_version=1, learner=learner, timings=Timings(1, 1, 0))
+    assert metrics.scalars["learner/process_only_groups"] == 1.0
+    record = UpdateRecord(step=1, phase="main", episodes=12, success_rate=0.5, reward_mean=0.5,
+                          infra_errors=0, rollout_s=1.0, update_s=1.0, sync_s=0.0,
+                          learner=learner)  # fmt: skip
+    assert "groups kept 2/3 (1 for process rewards) |" in update_line(record, 4, 0.0)
+
+    with caplog.at_level(logging.WARNING):
+        nothing = Learner(tiny_model_dir, process).update([flat])
+    assert not nothing.stepped and nothing.process_only_groups == 0
+    assert "equal rewards, and equal process rewards turn by turn" in caplog.text
