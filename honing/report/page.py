@@ -20,6 +20,7 @@ from honing.records import Ending, Trajectory
 from honing.report.charts import (
     PALETTE,
     SUCCESS_COLOR,
+    Chart,
     Series,
     bar_chart,
     colors,
@@ -1025,10 +1026,49 @@ def signal_section(data: RunData) -> str:
         "rewards and taught nothing."
     )
     warned = "".join(f'<p class="note">{esc(w)}</p>' for w in data.signal_warnings)
-    body = pairs_html([shares.html(), spread.html()])
+    charts = [shares.html(), spread.html()]
+    steered = [u for u in updates if u.curriculum]
+    if steered:
+        words += " " + curriculum_words(steered)
+        charts.append(curriculum_chart(steered).html())
+    body = pairs_html(charts)
     return section_html(
         "signal", "Learning signal", f'<p class="note">{esc(words)}</p>{warned}{body}'
     )
+
+
+CURRICULUM_BANDS = (
+    ("learnable", "learnable"),
+    ("too_easy", "too easy"),
+    ("too_hard", "too hard"),
+    ("unseen", "unseen"),
+)
+
+
+def curriculum_chart(updates: Sequence[UpdateRecord]) -> Chart:
+    """Per update, the share of its drawn tasks in each curriculum band."""
+    return line_chart(
+        "chart-curriculum",
+        "Curriculum bands of the drawn tasks",
+        "Per update, the share of the tasks drawn whose estimated success (before the update) "
+        "was within the curriculum's band (learnable), above it (too easy), below it (too "
+        "hard), or not yet measured (unseen).",
+        [
+            Series(label, [(u.step, u.curriculum.get(key)) for u in updates], PALETTE[i])
+            for i, (key, label) in enumerate(CURRICULUM_BANDS)
+        ],
+        percent=True,
+    )
+
+
+def curriculum_words(updates: Sequence[UpdateRecord]) -> str:
+    """The curriculum's band occupancy over the run, as a sentence."""
+    mean = {
+        key: sum(u.curriculum.get(key, 0.0) for u in updates) / len(updates)
+        for key, _ in CURRICULUM_BANDS
+    }
+    shares = ", ".join(f"{100 * mean[key]:.0f}% {label}" for key, label in CURRICULUM_BANDS)
+    return f"With the curriculum, the drawn tasks were on average {shares}."
 
 
 def alerts_section(data: RunData) -> str:

@@ -61,6 +61,7 @@ from honing.sandbox.pool import PoolUsage
 from honing.store import TrajectoryWriter
 from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.checkpoint import load_checkpoint, save_checkpoint
+from honing.trainer.curriculum import Curriculum, TaskRecord, task_key
 from honing.trainer.heldout import Forgetting, HeldOut
 from honing.trainer.learner import Learner, LearnerStats, MatchReport
 from honing.trainer.overlap import Ahead, Batch
@@ -108,6 +109,8 @@ class LoopState(BaseModel):
     # risk.explore: each task's recent training episodes, oldest first, as (solved, risky,
     # well-formed); checkpoints from before the third field hold pairs (read as well-formed).
     history: dict[str, list[tuple[bool, ...]]] = Field(default_factory=dict)
+    # curriculum.enabled: each task's success so far (key: honing.trainer.curriculum.task_key)
+    curriculum: dict[str, TaskRecord] = Field(default_factory=dict)
 
 
 # -- the recipe --------------------------------------------------------------------------------
@@ -369,7 +372,8 @@ class Trainer:
         cfg, step = self.config, self.state.step
         _, phase = cfg.phase_at(step)
         if self.ahead is None:
-            drawn = self.mixer.draw(step, phase.train, cfg.groups_per_step, self.state.cursors)
+            drawn = self.mixer.draw(step, phase.train, cfg.groups_per_step, self.state.cursors,
+                                    self.curriculum())  # fmt: skip
         usage = await self._sandbox_counters()
         started = time.perf_counter()
         if self.ahead is None:
@@ -377,9 +381,11 @@ class Trainer:
             played = await sched.run_all([task for _, task in drawn])
         else:
             drawn, played = await self._play_ahead(self.ahead)
+        bands = self._bands(drawn)
         version = self.learner.version  # the policy the learner is at when it trains on them
         versions = {role: other.version for role, other in self.roles.items()}  # per-role ones
         groups, lags = await self._store(writer, played, drawn, version, versions)
+        self._track(played, drawn)
         rollout_s = time.perf_counter() - started
         trajectories = [t for g in groups for t in g.trajectories]
         if not self.checked_match:
@@ -408,6 +414,7 @@ class Trainer:
                                  learner={k: getattr(stats, k) for k in stats.__dataclass_fields__},
                                  busy_fraction=used.busy_fraction)  # fmt: skip
         metrics.scalars.update(signal.scalars())
+        metrics.scalars.update({f"curriculum/{band}": share for band, share in bands.items()})
         for role, role_stat in role_stats.items():
             for name, value in numeric_fields(role_stat).items():
                 metrics.scalars[f"learner/{role}/{name}"] = value
@@ -459,7 +466,8 @@ class Trainer:
             step = ahead.next_step
             _, phase = cfg.phase_at(step)
             before = dict(self.state.cursors)
-            drawn = self.mixer.draw(step, phase.train, cfg.groups_per_step, self.state.cursors)
+            drawn = self.mixer.draw(step, phase.train, cfg.groups_per_step, self.state.cursors,
+                                    self.curriculum())  # fmt: skip
             await ahead.submit(Batch(step, drawn, before))
         self._activity("rollout")
         batch, played = await ahead.take(self.state.step)
@@ -494,6 +502,30 @@ class Trainer:
         self.state.store_rows = writer.offset
         self.rundir.push(store_only=True)  # config.remote: the shard just closed
         return groups, lags
+
+    def curriculum(self) -> Curriculum | None:
+        """The curriculum over the loop state's task records; None when it is off."""
+        if not self.config.curriculum.enabled:
+            return None
+        return Curriculum(self.config.curriculum, self.state.curriculum)
+
+    def _bands(self, drawn: list[tuple[str, AnyTask]]) -> dict[str, float]:
+        """The drawn tasks' band occupancy before this update's groups count (with overlap,
+        the records may be newer than those they were drawn on); empty when it is off."""
+        curriculum = self.curriculum()
+        if curriculum is None:
+            return {}
+        keys = [task_key(name, task.id) for name, task in drawn]
+        return {band: share for band, share in curriculum.occupancy(keys).items()}
+
+    def _track(self, played: list[Group], drawn: list[tuple[str, AnyTask]]) -> None:
+        """Each played group's judged outcomes into its task's curriculum record."""
+        curriculum = self.curriculum()
+        if curriculum is None:
+            return
+        for group, (name, task) in zip(played, drawn, strict=True):
+            judged = [t for t in group.trajectories if not t.infrastructure_failed]
+            curriculum.update(task_key(name, task.id), sum(t.success for t in judged), len(judged))
 
     def risk_weight(self) -> float:
         """The price of one unit of risk cost in this update's rewards (`risk.mode`): 0 when off,

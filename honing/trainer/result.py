@@ -49,7 +49,8 @@ def update_record(
 ) -> UpdateRecord:
     """One update's line of metrics.jsonl (and `update` event): its outcomes, timings, learner
     figures, learning signal, staleness counts (`{"<lag>": count}`), scalars (throughput,
-    unaided answers, a team's `team/*`) and risk (rate, cost, weight, multiplier)."""
+    unaided answers, a team's `team/*`, the curriculum's `curriculum/*`) and risk (rate, cost,
+    weight, multiplier)."""
     return UpdateRecord(
         step=step,
         phase=phase,
@@ -71,6 +72,11 @@ def update_record(
         },
         risk=dict(risk),
         team={k.removeprefix("team/"): v for k, v in scalars.items() if k.startswith("team/")},
+        curriculum={
+            k.removeprefix("curriculum/"): v
+            for k, v in scalars.items()
+            if k.startswith("curriculum/")
+        },
         time=time.time(),
     )
 

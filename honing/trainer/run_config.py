@@ -4,8 +4,9 @@
     out: runs/quickstart               # the run directory (store, checkpoints, metrics, evals)
     train: {math: {tasks: synthetic-math, count: 256, seed: 1, weight: 1.0}}   # mixed by weight
     heldout: {math: {tasks: synthetic-math, count: 32, seed: 2}}   # evaluated periodically
-    phases: [{name: math, steps: 10, train: [math]}, ...]         # optional: a curriculum
-    learner / agent / engine / async / eval / checkpoint / warm_start / sandbox / env / observe
+    phases: [{name: math, steps: 10, train: [math]}, ...]         # optional: sources by phase
+    learner / curriculum / agent / engine / async / eval / checkpoint / warm_start / sandbox
+    env / observe
     remote: s3://bucket/runs/quickstart  # optional: mirror the run there (honing.trainer.remote)
 
 Covered: the sections, their defaults and validation (errors name the key and what is allowed),
@@ -47,6 +48,7 @@ from honing.rollout.saved_agent import SavedAgent
 from honing.rollout.team import TeamConfig
 from honing.tasks.synthetic import Phrasings
 from honing.trainer.config import LearnerConfig, RiskSettings
+from honing.trainer.curriculum import CurriculumSettings
 from honing.trainer.remote import RemoteSettings
 
 if TYPE_CHECKING:
@@ -272,7 +274,7 @@ class TrainConfig(StrictModel):
         default_factory=dict, description="Named held-out sets (never trained on)."
     )
     phases: list[Phase] = Field(
-        default_factory=list, description="Curriculum; empty: one phase over every source."
+        default_factory=list, description="Sources by phase; empty: one phase over every source."
     )
     steps: int | None = Field(
         None, ge=1, description="Updates in all (without phases); with phases, their sum."
@@ -281,6 +283,11 @@ class TrainConfig(StrictModel):
     n: int = Field(8, ge=2, description="Samples per task: the group size.")
     learner: LearnerConfig = LearnerConfig()
     risk: RiskSettings = RiskSettings()
+    curriculum: CurriculumSettings = Field(
+        CurriculumSettings(),
+        description="Draw tasks from the band where the policy sometimes succeeds "
+        "(honing.trainer.curriculum); off by default.",
+    )
     agent: AgentSettings = AgentSettings()
     team: TeamConfig | None = Field(
         None,

@@ -111,6 +111,9 @@ class UpdateRecord:
     # a team's figures (honing.observe.metrics.team_scalars without the `team/` prefix): validator
     # precision, recall, verdict_accuracy, rounds, accepted, reviews, reward/<role>
     team: dict[str, float] = field(default_factory=dict)
+    # curriculum.enabled: the share of the update's drawn tasks in each band (learnable,
+    # too_easy, too_hard, unseen; honing.trainer.curriculum) before its groups counted
+    curriculum: dict[str, float] = field(default_factory=dict)
     time: float | None = None  # unix time it was logged
 
     def to_json(self) -> dict[str, Any]:
@@ -133,6 +136,7 @@ class UpdateRecord:
             "unaided_answers": self.unaided_answers,
             "risk": self.risk,
             "team": self.team,
+            "curriculum": self.curriculum,
             "time": self.time,
         }
 
@@ -159,6 +163,7 @@ class UpdateRecord:
             unaided_answers=_numbers(record.get("unaided_answers")),
             risk=_numbers(record.get("risk")),
             team=_numbers(record.get("team")),
+            curriculum=_numbers(record.get("curriculum")),
             time=as_float(record.get("time", record.get("t"))),
         )
 

@@ -5,6 +5,7 @@
     without_overlap(heldout, [train, ...], chats)   -> the held-out tasks nothing trained on asks
     heldout_sets(config)   -> a run's held-out sets as `honing train` evaluates them
     TaskMixer(sets, weights, seed).draw(step, names, count, cursors)   -> an update's tasks
+    TaskMixer(...).draw(step, names, count, cursors, curriculum)   -> too easy/hard ones deferred
 
 A held-out task is left out when a training task asks the same (`honing.tasks.load.question_key`:
 the same calculation in other words counts), or when its prompt appears in a user message of the
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from honing.errors import ConfigError
 from honing.tasks import domains
 from honing.tasks.load import AnyTask, TaskSet, load_tasks, question_key
+from honing.trainer.curriculum import Curriculum, task_key
 from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -112,31 +114,53 @@ def heldout_sets(config: TrainConfig, limit: int | None = None) -> dict[str, Tas
 
 class TaskMixer:
     """Draws the tasks of each update: a source per slot by weight, then that source's next task
-    in a seeded permutation (a new one each epoch). A pure function of (seed, step, cursors)."""
+    in a seeded permutation (a new one each epoch). A pure function of (seed, step, cursors), and
+    of the curriculum's records when one is given."""
 
     def __init__(self, sources: dict[str, TaskSet], weights: dict[str, float], seed: int) -> None:
         self.sources = sources
         self.weights = weights
         self.seed = seed
+        self._orders: dict[tuple[str, int], list[int]] = {}  # the last epoch's of each source
 
     def _order(self, name: str, epoch: int) -> list[int]:
-        order = list(range(len(self.sources[name].tasks)))
-        random.Random(f"{self.seed}:{name}:{epoch}").shuffle(order)
+        order = self._orders.get((name, epoch))
+        if order is None:
+            order = list(range(len(self.sources[name].tasks)))
+            random.Random(f"{self.seed}:{name}:{epoch}").shuffle(order)
+            self._orders = {k: v for k, v in self._orders.items() if k[0] != name}
+            self._orders[(name, epoch)] = order
         return order
 
     def draw(
-        self, step: int, names: Sequence[str], count: int, cursors: dict[str, tuple[int, int]]
+        self,
+        step: int,
+        names: Sequence[str],
+        count: int,
+        cursors: dict[str, tuple[int, int]],
+        curriculum: Curriculum | None = None,
     ) -> list[tuple[str, AnyTask]]:
-        """`count` (source, task) pairs for update `step`; advances `cursors` in place."""
+        """`count` (source, task) pairs for update `step`; advances `cursors` in place. With a
+        `curriculum`, a task it does not `keep` is passed over to its source's next epoch (at
+        most a whole permutation's worth in one slot: then the next task is taken anyway)."""
         rng = random.Random(f"{self.seed}:step:{step}")
         chosen = rng.choices(list(names), weights=[self.weights[n] for n in names], k=count)
+        deferring = random.Random(f"{self.seed}:curriculum:{step}")
         out = []
         for name in chosen:
-            epoch, pos = cursors.get(name, (0, 0))
-            order = self._order(name, epoch)
-            out.append((name, self.sources[name].tasks[order[pos]]))
-            pos += 1
-            if pos == len(order):
-                epoch, pos = epoch + 1, 0
-            cursors[name] = (epoch, pos)
+            tasks = self.sources[name].tasks
+            for passed in range(len(tasks) + 1):
+                epoch, pos = cursors.get(name, (0, 0))
+                task = tasks[self._order(name, epoch)[pos]]
+                pos += 1
+                if pos == len(tasks):
+                    epoch, pos = epoch + 1, 0
+                cursors[name] = (epoch, pos)
+                if (
+                    curriculum is None
+                    or passed == len(tasks)
+                    or curriculum.keep(task_key(name, task.id), deferring)
+                ):
+                    break
+            out.append((name, task))
         return out
