@@ -146,11 +146,17 @@ class LearnerConfig(StrictModel):
     kl_estimator: KLEstimator = Field("k3", description="KL estimator (honing.rl.kl).")
     dynamic_sampling: bool = Field(
         True,
-        description="Drop groups whose rewards are all equal (DAPO): they carry no signal. With "
-        "process_weight > 0 a group whose outcomes are equal is kept when its process rewards "
-        "differ at some turn k (among its k-th turns), so that some process advantage the loss "
-        "would use is nonzero (honing.trainer.batching.process_signal); the update counts such "
-        "groups apart, in process_only_groups.",
+        description="Drop groups whose rewards are all equal (DAPO): they carry no signal "
+        "(see keep_process_groups for those whose turns differ).",
+    )
+    keep_process_groups: bool = Field(
+        False,
+        description="With dynamic_sampling and process_weight > 0: keep a group whose outcomes "
+        "are equal when its process rewards differ at some turn k (among its k-th turns), so "
+        "that some process advantage the loss would use is nonzero "
+        "(honing.trainer.batching.process_signal); the update counts such groups apart, in "
+        "process_only_groups. Off by default: on the quickstart it cost RL gain "
+        "(docs/training.md, 'Signal where groups starve').",
     )
     lr: float = Field(1e-5, gt=0, description="Peak learning rate of AdamW.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW's decoupled weight decay.")

@@ -235,7 +235,8 @@ class Learner:
         of an episode's risk cost, taken off its outcome before the advantages (0: unpriced)."""
         start = time.perf_counter()
         cfg = self.config
-        process = cfg.process_components if cfg.process_weight > 0 else None
+        keep = cfg.keep_process_groups and cfg.process_weight > 0
+        process = cfg.process_components if keep else None
         if cfg.dynamic_sampling and cfg.advantage != "distill":  # distill: the teacher judges
             sampled = drop_zero_variance(groups, risk_weight, process_components=process)
         else:

@@ -92,12 +92,17 @@ def test_dynamic_sampling_keeps_process_signal_and_counts_it_apart(
         "u", "mixed", [two_turn_trajectory((1.0, 1.0), float(i % 2), i) for i in range(4)]
     )
     flat = Group("v", "flat", [two_turn_trajectory((1.0, 0.0), 1.0, i) for i in range(4)])
-    process = LearnerConfig(process_weight=0.5, process_components=["well_formed"])
+    process = LearnerConfig(process_weight=0.5, process_components=["well_formed"],
+                            keep_process_groups=True)  # fmt: skip
     stats = Learner(tiny_model_dir, process).update([varied, mixed, flat])
     assert stats.stepped and stats.sequences == 8
     assert (stats.groups, stats.dropped_groups, stats.process_only_groups) == (3, 1, 1)
     outcome_only = Learner(tiny_model_dir, LearnerConfig()).update([varied, mixed, flat])
     assert (outcome_only.dropped_groups, outcome_only.process_only_groups) == (2, 0)
+    # The default: process rewards used, but a group with equal outcomes still dropped.
+    default = process.model_copy(update={"keep_process_groups": False})
+    dropped = Learner(tiny_model_dir, default).update([varied, mixed, flat])
+    assert (dropped.dropped_groups, dropped.process_only_groups) == (2, 0)
 
     learner = numeric_fields(stats)
     metrics = update_metrics([], learner_version=1, learner=learner, timings=Timings(1, 1, 0))
