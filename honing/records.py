@@ -6,7 +6,7 @@
     Turn         one assistant message or one observation, with its span in the token ids
     Retry        one retried attempt of an episode and its cause
     Group        the n trajectories of one task (what GRPO-style advantages are computed over)
-    by_role      team groups split into one group per role
+    by_role      team groups split into one group per role (`team_of`: a stored row's episode)
     ROLE_CREDIT  the component a team role is trained on (its credit; `outcome` otherwise)
 
 Token-faithful: `token_ids[turn.start:turn.end]` is exactly what the engine produced for an
@@ -112,6 +112,9 @@ class Trajectory:
     policy_version: int = -1  # oldest version among its model tokens (-1: none generated)
     temperature: float | None = None  # its turns' sampling temperature (None: not recorded)
     role: str = ""  # the team role that played it (honing.rollout.team); "" for a single agent
+    # A team partner's group within its role (the verdicts sampled on one submission share one;
+    # "": the role's group is the task's); `by_role` folds it into `group_id`, so never stored.
+    subgroup: str = field(default="", compare=False, repr=False)
     # A team episode's other roles, carried by the executor's trajectory until `by_role` splits
     # them into groups of their own; never stored (each is stored as a row of its own).
     partners: list[Trajectory] = field(default_factory=list, compare=False, repr=False)
@@ -147,29 +150,48 @@ class Group:
         return [t.reward for t in self.trajectories]
 
 
+def team_of(trajectory: Trajectory) -> tuple[str, int]:
+    """The team episode a role's stored trajectory belongs to, as `by_role` named it: the group
+    id before `:<role>` and the executor's sample (a verdict sampled on one submission carries it
+    in its group id, `<group>:<role>:<sample>.<subgroup>`)."""
+    suffix = f":{trajectory.role}"
+    head, sep, tail = trajectory.group_id.rpartition(suffix + ":")
+    if sep and "." in tail and tail.partition(".")[0].isdigit():
+        return head, int(tail.partition(".")[0])
+    return trajectory.group_id.removesuffix(suffix), trajectory.sample
+
+
 def by_role(groups: list[Group]) -> list[Group]:
     """Team groups split into one group per (task, role), so that each role's advantages are
     computed among its own samples; a group without partners is returned as it is. Each role's
     trajectory takes its sample index and its group id (`<group>:<role>`) from the executor's
-    (the scheduler sets those on the executor only)."""
+    (the scheduler sets those on the executor only). A partner with a `subgroup` (the verdicts
+    sampled on one submission) is grouped with those of its executor episode's that share it
+    (`<group>:<role>:<executor's sample>.<subgroup>`), keeping its own sample index."""
     out: list[Group] = []
     for group in groups:
         if not any(t.partners for t in group.trajectories):
             out.append(group)
             continue
-        roles: dict[str, list[Trajectory]] = {}
+        split: dict[str, list[Trajectory]] = {}
         lead_role = next(t.role for t in group.trajectories if t.partners)
         for lead in group.trajectories:
             lead.role = lead.role or lead_role  # one the scheduler flagged (no team ran)
             for t in [lead, *lead.partners]:
+                key = t.role
                 if t is not lead:
-                    t.sample, t.started_at = lead.sample, lead.started_at
-                    t.id = f"{lead.id}:{t.role}"
+                    t.started_at = lead.started_at
+                    if t.subgroup:
+                        key = f"{t.role}:{lead.sample}.{t.subgroup}"
+                        t.id = f"{lead.id}:{t.role}:{t.subgroup}.{t.sample}"
+                    else:
+                        t.sample, t.id = lead.sample, f"{lead.id}:{t.role}"
                     if lead.ending in (Ending.INFRA_ERROR, Ending.STALE):  # not a judged episode
                         t.ending, t.failure, t.detail = lead.ending, lead.failure, lead.detail
-                t.group_id = f"{group.group_id}:{t.role}"
-                roles.setdefault(t.role, []).append(t)
+                t.group_id = f"{group.group_id}:{key}"
+                t.subgroup = ""
+                split.setdefault(key, []).append(t)
             lead.partners = []
-        out += [Group(group.task_id, f"{group.group_id}:{role}", trajs)
-                for role, trajs in roles.items()]  # fmt: skip
+        out += [Group(group.task_id, f"{group.group_id}:{key}", trajs)
+                for key, trajs in split.items()]  # fmt: skip
     return out

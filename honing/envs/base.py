@@ -454,6 +454,12 @@ class Environment(abc.ABC):
         await self._restore(extra)
         self.state, self.steps, self.done = state.model_copy(deep=True), steps, done
 
+    def reopen(self) -> None:
+        """Let an ended episode take more steps: a team's checks of a submission that ended it
+        run on the state it left (honing.rollout.team), always after a `checkpoint`, whose
+        `rollback` ends it again."""
+        self.done = False
+
     async def _save(self) -> Any:
         """What the domain keeps besides the task state, for `checkpoint` (default: nothing)."""
         return None

@@ -132,8 +132,17 @@ class RiskSummary:
     events: dict[str, int]
 
 
+def acting(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
+    """The trajectories that acted in the environment: a single agent's, and of a team episode
+    its executor's (the one with `team_rounds`), whose steps are what the environment kept. The
+    other roles' are the same episode seen from elsewhere: counted beside it, they would dilute
+    a team's risk rate by its number of roles."""
+    return [t for t in trajectories if not t.role or "team_rounds" in t.components]
+
+
 def risk_summary(trajectories: Sequence[Trajectory]) -> RiskSummary:
-    scored = judged(trajectories)
+    """Over the judged episodes that acted (`acting`): a team's risk is its executor's steps'."""
+    scored = acting(judged(trajectories))
     return RiskSummary(
         rate=_mean([float(t.risk > 0) for t in scored]) if scored else None,
         cost=_mean([t.risk for t in scored]) if scored else None,
@@ -145,7 +154,7 @@ def risk_scalars(trajectories: Sequence[Trajectory], prefix: str = "risk") -> di
     """`risk/rate`, `risk/cost`, and per domain, tag and event kind (`risk/rate/domain/<d>`,
     `risk/rate/tag/<t>`, `risk/events/<kind>`) of the judged episodes."""
     s: dict[str, float] = {}
-    scored = judged(trajectories)
+    scored = acting(judged(trajectories))
     summary = risk_summary(scored)
     if summary.rate is None or summary.cost is None:
         return s
@@ -270,8 +279,8 @@ def update_metrics(
         h[f"reward/component/{name}"] = values
     s.update(risk_scalars(scored))
     s.update(team_scalars(scored))
-    if scored:
-        h["risk/cost"] = [t.risk for t in scored]
+    if acting(scored):
+        h["risk/cost"] = [t.risk for t in acting(scored)]
     answered = [t for t in scored if "outcome" in t.components]
     for domain, group in _by(answered, lambda t: [t.domain]).items():
         s[f"train/unaided_answers/domain/{domain}"] = _mean([float(unaided(t)) for t in group])

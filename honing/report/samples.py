@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from honing.errors import StoreError
+from honing.records import team_of
 from honing.report.data import RunData
 from honing.report.markup import duration, esc, missing_html, num, section_html
 from honing.risk import RiskEvent
@@ -39,18 +40,18 @@ def team_episodes(
     a single agent's trajectory, and a team episode's lead (its executor's, the one with
     `team_rounds`); and each lead's other roles, in store order, under `id(lead)`. A team
     episode's roles share the update, the sample and the group id before `:<role>`
-    (honing.records.by_role)."""
+    (honing.records.by_role, `team_of`)."""
     teams: dict[tuple[int, str, int], list[Trajectory]] = defaultdict(list)
     for step, t in data.trajectories:
         if t.role:
-            teams[(step, t.group_id.removesuffix(f":{t.role}"), t.sample)].append(t)
+            teams[(step, *team_of(t))].append(t)
     leads: list[tuple[int, Trajectory]] = []
     partners: dict[int, list[Trajectory]] = {}
     for step, t in data.trajectories:
         if not t.role:
             leads.append((step, t))
             continue
-        team = teams[(step, t.group_id.removesuffix(f":{t.role}"), t.sample)]
+        team = teams[(step, *team_of(t))]
         lead = next((m for m in team if "team_rounds" in m.components), None)
         lead = lead or next((m for m in team if m.role == "executor"), team[0])
         if t is lead:

@@ -9,22 +9,34 @@ The protocol (`TeamConfig`, docs/rollout.md "Teams"):
      does; it is the only role whose actions the environment keeps;
   3. with a validator, every executor action is tried under a checkpoint; one that submits
      (calls one of the domain's submit tools, is a reply without calls that the environment
-     acted on, or ends the episode) is reviewed: the validator reviews the work so far and
-     answers ACCEPT, REJECT (with a reason) or STOP. Accepted, the tried step stands; rejected, the
-     environment is rolled back and the executor is told why; after `max_rounds` rejections the
-     episode ends unsubmitted (`validator_rejected`). STOP ends the episode too; an executor that
-     still calls a tool after it raises `acted_after_stop` (the call is not run).
-  Roles with tools (the validator's independent checks) act on the executor's state under a
-  checkpoint that is rolled back after them: they never change what the environment judges.
+     acted on, or ends the episode) is reviewed **on the state after it**: the validator is shown
+     the work so far and the submission (never the environment's answer to it, which may carry
+     the judge's verdict), its configured checks (`RoleConfig.checks`, e.g. run_tests) are run
+     there and their results shown with it, and its own tools (`RoleConfig.tools`) run on that
+     state too: its evidence. The episode is reopened for them if the submission ended it.
+     It answers ACCEPT, REJECT (with a reason) or STOP. Accepted, the tried step stands;
+     rejected, the environment is rolled back to before it and the executor is told why; after
+     `max_rounds` rejections the episode ends unsubmitted (`validator_rejected`). STOP ends the
+     episode too; an executor that still calls a tool after it raises `acted_after_stop` (the
+     call is not run).
+  Roles with tools (the validator's independent checks) act under a checkpoint that is rolled
+  back after them: they never change what the environment judges.
+  With `verdicts: K` > 1 each review samples K verdicts on the same submission, each in a fresh
+  context of its own (the task, the work, the submission, the checks' results: run once); the
+  first one's verdict is the team's, and the K form the validator's group for that submission
+  (`subgroup`, split by `honing.records.by_role`), so its advantages compare like with like.
 
 Each role plays in its own context (its system prompt, the task, what the other roles told it)
 and is recorded token for token as a `Trajectory` with its `role`; the executor's trajectory
 carries the others in `partners` through the scheduler. Rewards: every role gets the team's
 reward (the executor's, from the environment) times `rewards.outcome` (the validator's:
 `rewards.validator_outcome` when set), plus its own named
-component: the validator `verdict_correct` (the share of its verdicts that the verifier's
-verdict on the tried submission agrees with), the analyst `plan_followed` (the share of its plan's
-terms that the executor's turns used, `plan_followed`). Every role's `success` is the team's.
+component: the validator `verdict_value` (its verdicts priced by what they cost the team,
+`verdict_value`: a right one +1, a wrong submission let through -`false_accept`, a right one sent
+back -`false_reject`, or -1 when that rejection ends the episode), with `verdict_correct` (the
+share of its verdicts that the verifier's verdict on the tried submission agrees with) beside it;
+the analyst `plan_followed` (the share of its plan's terms that the executor's turns used,
+`plan_followed`). Every role's `success` is the team's.
 The learner trains each role on its credit (`ROLE_CREDIT`): the team's outcome (not its process
 rewards) times the role's weight, plus the role's own weighted component.
 
@@ -36,6 +48,7 @@ Not covered: scheduling and retries (`honing.rollout.scheduler`), advantages
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import re
 import time
@@ -52,6 +65,7 @@ from honing.envs.base import (
     Observation,
     StepInfo,
     StepResult,
+    ToolCall,
     ToolResult,
 )
 from honing.errors import ConfigError
@@ -100,6 +114,18 @@ class Verdict(enum.StrEnum):
     STOP = "stop"
 
 
+class CheckCall(StrictModel):
+    """A tool call run for the validator on the submitted state before it speaks."""
+
+    name: str = Field(min_length=1, description="One of the environment's tools, not a submit one.")
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+
 class RoleConfig(StrictModel):
     """One role of a team."""
 
@@ -114,6 +140,23 @@ class RoleConfig(StrictModel):
     max_turns: int = Field(
         3, ge=1, description="Analyst and validator: model turns per consultation at most."
     )
+    max_new_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Tokens per reply of this role (None: the agent's).",
+    )
+    checks: list[CheckCall] = Field(
+        default_factory=list,
+        description="Validator: tool calls run for it on the submitted state before it speaks "
+        "(e.g. [run_tests]), their results shown with the submission: evidence it gets without "
+        "having to call a tool. A name alone is a call without arguments.",
+    )
+
+    @model_validator(mode="after")
+    def _checks_are_the_validators(self) -> RoleConfig:
+        if self.checks and self.kind != "validator":
+            raise ValueError(f"checks: only a validator runs checks, not the {self.kind}")
+        return self
 
     @property
     def role(self) -> str:
@@ -124,7 +167,7 @@ class TeamRewards(StrictModel):
     """Each role's reward: the team's reward times `outcome`, plus its own component's weight."""
 
     outcome: float = Field(1.0, description="Weight of the team's reward, for every role.")
-    verdict: float = Field(0.5, description="Weight of the validator's verdict_correct.")
+    verdict: float = Field(0.5, description="Weight of the validator's verdict_value.")
     plan: float = Field(0.2, description="Weight of the analyst's plan_followed.")
     validator_outcome: float | None = Field(
         None,
@@ -132,6 +175,19 @@ class TeamRewards(StrictModel):
         "the validator on its verdicts alone: a right fix sent back then costs it what a wrong "
         "fix let through does, where the team's reward makes a rejection cheap (the executor "
         "gets another round and may still succeed).",
+    )
+    false_accept: float = Field(
+        1.0,
+        ge=0.0,
+        description="What a wrong submission the validator accepted costs it (in verdict_value, "
+        "where a right verdict is +1): the team's outcome, lost.",
+    )
+    false_reject: float = Field(
+        0.5,
+        ge=0.0,
+        description="What a right submission sent back costs the validator while rounds remain "
+        "(the team spends a turn and may lose the fix); one sent back on the last round ends the "
+        "episode unsubmitted and costs 1, as the outcome it throws away.",
     )
 
     def outcome_weight(self, kind: str) -> float:
@@ -146,6 +202,14 @@ class TeamConfig(StrictModel):
 
     roles: list[RoleConfig] = Field(min_length=1)
     max_rounds: int = Field(3, ge=1, description="Validator rejections before the team gives up.")
+    verdicts: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="Verdicts sampled per review, each in a fresh context on the same submission "
+        "and evidence: the first is the team's, and the K are the validator's group for that "
+        "submission (GRPO compares like with like). 1: one validator context for the episode.",
+    )
     submit_tools: list[str] | None = Field(
         None, description="Tools whose calls are submissions; None: the domain's (SUBMIT_TOOLS)."
     )
@@ -270,12 +334,27 @@ class Review:
     verdict: Verdict | None  # None: the validator gave none (counted as a wrong verdict)
     reason: str
     good: bool  # the verifier's verdict on the tried submission (its outcome reached 1)
+    last: bool = False  # a rejection here ends the episode (its last round)
 
     @property
     def correct(self) -> bool:
         if self.verdict is None:
             return False
         return (self.verdict is Verdict.ACCEPT) == self.good
+
+
+def verdict_value(review: Review, rewards: TeamRewards) -> float:
+    """One verdict priced by what it costs the team: +1 when it is right (a good submission
+    accepted, a bad one sent back or stopped); -`false_accept` for a bad submission accepted; for
+    a good one not accepted (rejected, stopped, or no verdict), -1 when that ends the episode (STOP,
+    or the last round: the team loses the right answer) and -`false_reject` while rounds remain."""
+    if review.correct:
+        return 1.0
+    if review.verdict is Verdict.ACCEPT:
+        return -rewards.false_accept
+    if review.last or review.verdict is Verdict.STOP:
+        return -1.0
+    return -rewards.false_reject
 
 
 async def run_team_episode(
@@ -300,6 +379,10 @@ async def run_team_episode(
     lead = await team_.run()
     if conversations is not None:
         for kind, seat in team_.seats.items():
+            if kind == "validator" and team.verdicts > 1:  # its first sampled context, if any
+                if not team_.samples:
+                    continue
+                seat = team_.samples[0][0]
             conversations[team_.roles[kind].role] = _conversation(seat, kind)
     return lead
 
@@ -332,7 +415,7 @@ class _Team:
                  agent: AgentConfig, gate: Gate, sample: int, group_id: str,
                  on_step: Callable[[Observation, Action, StepResult], None] | None,
                  on_review: Callable[[Review], None] | None) -> None:  # fmt: skip
-        if not hasattr(env, "checkpoint") or not hasattr(env, "rollback"):
+        if not (hasattr(env, "checkpoint") and hasattr(env, "rollback") and hasattr(env, "reopen")):
             raise ConfigError(
                 f"a team needs an environment that can checkpoint and roll back (a honing "
                 f"Environment); {type(env).__name__} cannot"
@@ -340,8 +423,10 @@ class _Team:
         self.task, self.env, self.team, self.agent = task, env, team, agent
         self.on_step, self.on_review = on_step, on_review
         self.submits = team.submits(task.domain)
+        self.gate, self.sample, self.group_id = gate, sample, group_id
         self.seats: dict[str, _Episode] = {}
         self.roles: dict[str, RoleConfig] = {}
+        self.plays: dict[str, tuple[Engine, AgentConfig]] = {}
         for role in team.roles:
             prompt = role.system_prompt
             if prompt is None:  # the executor plays as a single agent would, by default
@@ -349,14 +434,38 @@ class _Team:
             config = agent.model_copy(update={"system_prompt": prompt})
             if role.kind != "executor":
                 config = config.model_copy(update={"max_turns": role.max_turns})
+            if role.max_new_tokens is not None:
+                config = config.model_copy(update={"sampling": config.sampling.model_copy(
+                    update={"max_new_tokens": role.max_new_tokens})})  # fmt: skip
             plays = engine.for_role(role.role) if isinstance(engine, RoleEngines) else engine
-            seat = _Episode(task, env, plays, config, gate, None, sample, group_id)
-            seat.traj.role = role.role
-            self.seats[role.kind] = seat
             self.roles[role.kind] = role
+            self.plays[role.kind] = (plays, config)
+            self.seats[role.kind] = self._fresh_seat(role.kind)
         self.executor = self.seats["executor"]
+        offered = {_tool_name(t) for t in getattr(env, "tools", [])}
+        validator = self.roles.get("validator")
+        for check in validator.checks if validator is not None else []:
+            assert validator is not None
+            if check.name not in offered or check.name in self.submits:
+                why = "submits" if check.name in self.submits else "is not one of its tools"
+                raise ConfigError(
+                    f"team.roles ({validator.role}).checks: {check.name!r} {why} in the "
+                    f"{task.domain} environment; a check is one of "
+                    f"{', '.join(sorted(offered - set(self.submits))) or 'no tools'}"
+                )
         self.reviews: list[Review] = []
+        # verdicts > 1: each review's K seats and their K verdicts (the first is in `reviews`)
+        self.samples: list[list[_Episode]] = []
+        self.sampled: list[list[Review]] = []
         self.plan = ""
+
+    def _fresh_seat(self, kind: str) -> _Episode:
+        """A new context for role `kind`: its own trajectory, nothing said yet."""
+        plays, config = self.plays[kind]
+        seat = _Episode(self.task, self.env, plays, config, self.gate, None, self.sample,
+                        self.group_id)  # fmt: skip
+        seat.traj.role = self.roles[kind].role
+        return seat
 
     async def run(self) -> Trajectory:
         ex = self.executor
@@ -388,7 +497,7 @@ class _Team:
             refused = self._refused(action, "executor")
             if malformed is None and refused:
                 malformed = refused
-            result, review = await self._executor_step(action, malformed)
+            result, review = await self._executor_step(action, malformed, rejections)
             if result.info.infrastructure:
                 assert result.info.failure is not None
                 raise InfraFailure("step", f"{result.info.failure.value}: {result.info.detail}")
@@ -411,10 +520,11 @@ class _Team:
                                "the observation does not fit in max_total_tokens")  # fmt: skip
         ex._end(Ending.STEP_LIMIT, "max_turns", f"{self.agent.max_turns} turns played")
 
-    async def _executor_step(self, action: Action, malformed: str | None
+    async def _executor_step(self, action: Action, malformed: str | None, rejections: int
                              ) -> tuple[StepResult, Review | None]:  # fmt: skip
-        """The executor's step; a submission is tried (for the verifier's verdict), then reviewed
-        on the state before it, then kept (accepted) or rolled back."""
+        """The executor's step; a submission is tried (for the verifier's verdict), reviewed on
+        the state after it (the evidence: what the environment answered, and the validator's own
+        checks there), then kept (accepted) or rolled back to before it."""
         ex = self.executor
         if malformed is not None or "validator" not in self.seats:
             return await ex._step(action, malformed), None
@@ -422,12 +532,10 @@ class _Team:
         tried = await ex._step(action, None)
         if tried.info.infrastructure or not self._submitted(action, tried):
             return tried, None
-        after = await self.env.checkpoint()
-        await self.env.rollback(before)  # the validator sees the work as it was submitted
-        review = await self._review(action, tried)
+        review = await self._review(action, tried, last=rejections + 1 >= self.team.max_rounds)
         if review.verdict is Verdict.ACCEPT:
-            await self.env.rollback(after)  # the tried step stands
-            return tried, review
+            return tried, review  # the tried step stands (the checks rolled back to it)
+        await self.env.rollback(before)
         return self._sent_back(action, tried, review), review
 
     def _submitted(self, action: Action, result: StepResult) -> bool:
@@ -440,24 +548,82 @@ class _Team:
             return True
         return result.done and not result.info.step_limit
 
-    async def _review(self, action: Action, tried: StepResult) -> Review:
+    async def _review(self, action: Action, tried: StepResult, *, last: bool) -> Review:
+        """The validator's review of the tried submission, on the state after it; with
+        `verdicts` > 1, that many sampled in fresh contexts (module docstring), the first the
+        team's."""
         good = tried.components.get("outcome", 0.0) >= 1.0
         calls = "\n".join(f"- {c.name}({_short(str(c.arguments), 1500)})"
                           for c in action.tool_calls) or "(a reply without tool calls)"  # fmt: skip
+        checks = self._tools("validator")
+        where = ("The submission is in place: your tools "
+                 f"({', '.join(_tool_name(t) for t in checks)}) run on the work as submitted.\n"
+                 if checks else "")  # fmt: skip
         request = (
             f"The executor's work so far:\n{self._work()}\n\nIt now submits:\n{calls}\n"
-            f"{_short(action.content, 1500)}\n\nReview it and end with ACCEPT, REJECT: <why> or "
-            "STOP: <why>."
+            f"{_short(action.content, 1500)}\n\n{await self._checks()}{where}"
+            "Review it and end with ACCEPT, REJECT: <why> or STOP: <why>."
         )
-        reply = await self._consult("validator", request)
-        verdict, reason = parse_verdict(reply)
-        if verdict is None:
-            reason = "the validator gave no verdict (ACCEPT, REJECT or STOP)"
-        review = Review(verdict, reason or "no reason given", good)
+        if self.team.verdicts == 1:
+            replies = [await self._consult("validator", request)]
+        else:
+            seats = [self._fresh_seat("validator") for _ in range(self.team.verdicts)]
+            self.samples.append(seats)
+            # With tools the checks share the environment: one at a time. Without, together
+            # (the engine batches them).
+            if checks:
+                replies = [await self._consult("validator", request, seat) for seat in seats]
+            else:
+                replies = list(await asyncio.gather(
+                    *(self._consult("validator", request, seat) for seat in seats)))  # fmt: skip
+        reviews = [self._verdict(reply, good, last) for reply in replies]
+        if len(reviews) > 1:
+            self.sampled.append(reviews)
+        review = reviews[0]
         self.reviews.append(review)
         if self.on_review is not None:
             self.on_review(review)
         return review
+
+    async def _checks(self) -> str:
+        """The validator's configured checks (`RoleConfig.checks`) run on the submitted state
+        under a checkpoint rolled back after them (the episode reopened if the submission ended
+        it), as the text shown with the submission; "" without checks."""
+        role = self.roles["validator"]
+        if not role.checks:
+            return ""
+        token = await self.env.checkpoint()
+        self._reopen()
+        lines = []
+        try:
+            for i, check in enumerate(role.checks):
+                call = ToolCall(id=f"check-{i}", name=check.name, arguments=dict(check.arguments))
+                result = await self.env.step(Action(tool_calls=[call]))
+                if result.info.infrastructure:
+                    assert result.info.failure is not None
+                    raise InfraFailure("step", f"{result.info.failure.value}: "
+                                               f"{result.info.detail}")  # fmt: skip
+                said = "\n".join(r.content for r in result.observation.tool_results)
+                args = ", ".join(f"{k}={v!r}" for k, v in check.arguments.items())
+                lines.append(f"- {check.name}({args}):\n{_short(said or '(no output)', 1500)}")
+                if self.env.done:
+                    break
+        finally:
+            await self.env.rollback(token)
+        return "Checks run on the work as submitted:\n" + "\n".join(lines) + "\n\n"
+
+    def _reopen(self) -> None:
+        """After a checkpoint: an episode the submission ended takes the checks' steps (the
+        rollback to that checkpoint ends it again)."""
+        if self.env.done:
+            self.env.reopen()
+
+    @staticmethod
+    def _verdict(reply: str, good: bool, last: bool) -> Review:
+        verdict, reason = parse_verdict(reply)
+        if verdict is None:
+            reason = "the validator gave no verdict (ACCEPT, REJECT or STOP)"
+        return Review(verdict, reason or "no reason given", good, last)
 
     def _sent_back(self, action: Action, tried: StepResult, review: Review) -> StepResult:
         """What the executor sees of a submission the validator did not accept: the environment
@@ -505,12 +671,14 @@ class _Team:
                 ))  # fmt: skip
         ex._end(Ending.DONE, FailureReason.VALIDATOR_STOPPED.value, detail)
 
-    async def _consult(self, kind: str, request: str | None) -> str:
-        """One turn of `kind` (analyst or validator): its reply's text. Its first consultation
-        starts its context with the task (and `request`); later ones add `request` as a message.
-        Tool calls it is allowed run on the executor's state under a checkpoint rolled back
-        afterwards, at most `max_turns` model turns in all."""
-        seat, role = self.seats[kind], self.roles[kind]
+    async def _consult(self, kind: str, request: str | None, seat: _Episode | None = None) -> str:
+        """One turn of `kind` (analyst or validator) in `seat` (its own by default): its reply's
+        text. Its first consultation starts its context with the task (and `request`); later ones
+        add `request` as a message. Tool calls it is allowed run on the executor's state under a
+        checkpoint rolled back afterwards (an episode the submission ended is reopened for them),
+        at most `max_turns` model turns in all."""
+        seat = self.seats[kind] if seat is None else seat
+        role = self.roles[kind]
         if seat.transcript is None and not seat.messages:
             text = self.task_text if request is None else f"{self.task_text}\n\n{request}"
             seat._start(self._visible(Observation(text=text), kind))
@@ -518,6 +686,8 @@ class _Team:
             return ""
         allowed = self._tools(kind)
         token = await self.env.checkpoint() if allowed else None
+        if token is not None:
+            self._reopen()
         reply = ""
         try:
             for turn in range(role.max_turns):
@@ -593,20 +763,29 @@ class _Team:
         lead.components["team_accepted"] = float(
             bool(self.reviews) and self.reviews[-1].verdict is Verdict.ACCEPT
         )
+        partners: list[tuple[str, _Episode, list[Review], str, int]] = []  # kind, seat, reviews…
         for kind, seat in self.seats.items():
-            if kind == "executor":
-                continue
+            if kind == "validator" and self.team.verdicts > 1:
+                continue  # its contexts are the sampled ones, below
+            if kind != "executor":
+                partners.append((kind, seat, self.reviews, "", 0))
+        for r, (seats, reviews) in enumerate(zip(self.samples, self.sampled, strict=True)):
+            for k, (seat, review) in enumerate(zip(seats, reviews, strict=True)):
+                partners.append(("validator", seat, [review], f"review{r}", k))
+        for kind, seat, reviews, subgroup, k in partners:
             traj = seat._finish(self.started)
             traj.success = success
             traj.ending, traj.failure, traj.detail = lead.ending, lead.failure, lead.detail
             traj.components["outcome"] = lead.components.get("outcome", 0.0)
             traj.reward = rewards.outcome_weight(kind) * team_reward
+            traj.subgroup, traj.sample = subgroup, k if subgroup else traj.sample
             own = 0.0  # the role's named reward, weighted
-            if kind == "validator" and self.reviews:
-                correct = sum(r.correct for r in self.reviews) / len(self.reviews)
-                traj.components.update(_review_counts(self.reviews))
-                traj.components["verdict_correct"] = correct
-                own = rewards.verdict * correct
+            if kind == "validator" and reviews:
+                value = sum(verdict_value(r, rewards) for r in reviews) / len(reviews)
+                traj.components.update(_review_counts(reviews))
+                traj.components["verdict_correct"] = sum(r.correct for r in reviews) / len(reviews)
+                traj.components["verdict_value"] = value
+                own = rewards.verdict * value
             if kind == "analyst":
                 executed = "\n".join(t.text for t in lead.turns if t.role == "assistant")
                 followed = plan_followed(self.plan, executed)
@@ -650,6 +829,7 @@ def _short(text: str, limit: int) -> str:
 
 __all__ = [
     "SUBMIT_TOOLS",
+    "CheckCall",
     "Conversation",
     "Review",
     "RoleConfig",
@@ -661,4 +841,5 @@ __all__ = [
     "plan_followed",
     "plan_terms",
     "run_team_episode",
+    "verdict_value",
 ]

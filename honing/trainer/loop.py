@@ -40,6 +40,7 @@ from honing.observe.events import EventLog, emit, truncate_events, use
 from honing.observe.metrics import (
     Signal,
     Timings,
+    acting,
     episode_fields,
     learning_signal,
     outcomes,
@@ -554,7 +555,7 @@ class Trainer:
                 )
             out["multiplier"] = self.state.risk_multiplier or 0.0
         if risk.explore.enabled:
-            for t in trajectories:
+            for t in acting(trajectories):  # a team's episode once, as its executor played it
                 if not t.infrastructure_failed:
                     past = self.state.history.setdefault(t.task_id, [])
                     past.append((t.success, t.risk > 0, _well_formed(t)))

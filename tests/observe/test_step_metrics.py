@@ -253,3 +253,24 @@ def test_the_warning_comes_once_per_streak_of_starved_updates_and_names_causes()
     assert again is not None and "12 of them solved every sample: the tasks are too easy" in again
     assert "entropy" not in again
     assert signal_warning([signal(2)] * 3, 0.5) is None  # half is not more than half
+
+
+def test_a_teams_risk_is_its_executors_not_diluted_by_its_other_roles() -> None:
+    """Two team episodes (executor, validator, analyst each): one executor took a risky step
+    (cost 1), the other none. Per episode the rate is 1/2 and the cost 1/2; counted over every
+    role's trajectory it would read 1/6. A single agent's trajectories count as they are."""
+    from honing.observe.metrics import acting, risk_scalars, risk_summary
+
+    def team(risk: float) -> list[Trajectory]:
+        lead = Trajectory(task_id="t", domain="code", role="executor", risk=risk,
+                          components={"team_rounds": 1.0})  # fmt: skip
+        others = [Trajectory(task_id="t", domain="code", role=r) for r in ("validator", "analyst")]
+        return [lead, *others]
+
+    batch = team(1.0) + team(0.0)
+    assert [t.role for t in acting(batch)] == ["executor", "executor"]
+    summary = risk_summary(batch)
+    assert summary.rate == 0.5 and summary.cost == 0.5
+    assert risk_scalars(batch)["risk/rate"] == 0.5
+    alone = [Trajectory(task_id="t", domain="math", risk=r) for r in (0.0, 0.5, 0.0, 0.0)]
+    assert risk_summary(alone).rate == 0.25 and risk_summary(alone).cost == 0.125

@@ -14,7 +14,8 @@ from team_script import call, reject_then_accept, team_engine
 
 from honing.envs.base import EnvConfig
 from honing.envs.registry import make_env
-from honing.records import ROLE_CREDIT, Ending, Group, Trajectory, by_role
+from honing.errors import ConfigError
+from honing.records import ROLE_CREDIT, Ending, Group, Trajectory, by_role, team_of
 from honing.rl.advantages import grpo_advantages
 from honing.rollout.agent import AgentConfig
 from honing.rollout.engines.base import SamplingParams
@@ -23,11 +24,13 @@ from honing.rollout.models import load_tokenizer
 from honing.rollout.team import (
     Review,
     TeamConfig,
+    TeamRewards,
     Verdict,
     parse_verdict,
     plan_followed,
     plan_terms,
     run_team_episode,
+    verdict_value,
 )
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask, load_tasks
@@ -123,16 +126,19 @@ async def test_a_wrong_accept_costs_the_validator_its_verdict_reward(
     assert not lead.success
     assert validator.components["verdict_correct"] == 0.0
     assert validator.components["accepted_bad"] == 1.0
-    assert validator.reward == 0.0
+    # A wrong submission let through costs what the team lost: -false_accept (1) x weight 0.5.
+    assert validator.components["verdict_value"] == -1.0
+    assert validator.reward == pytest.approx(-0.5)
 
 
 @ON_MODULE_LOOP
 async def test_validator_outcome_0_rewards_the_validator_for_its_verdicts_alone(
     module_pool: SandboxPool, tok: Any, product: AnyTask
 ) -> None:
-    """A right answer sent back, then sent again and accepted: with the team's reward the
-    validator still gets 1 + 0.5 x 1/2 (a rejection is cheap); with validator_outcome 0 it gets
-    only 0.5 x 1/2, and the other roles keep the team's reward."""
+    """A right answer sent back (round 1 of 3: -false_reject, 0.5), then sent again and
+    accepted (+1): verdict_value (-0.5 + 1) / 2 = 0.25. With the team's reward the validator gets
+    1 + 0.5 x 0.25; with validator_outcome 0 only 0.5 x 0.25, and the other roles keep the
+    team's reward."""
     right = call("answer", value="29842")
     script = {"executor": [right, right], "validator": ["REJECT: check it", "ACCEPT"]}
     shared = roles(await play(product, module_pool, team_engine(tok, **script)))
@@ -142,10 +148,11 @@ async def test_validator_outcome_0_rewards_the_validator_for_its_verdicts_alone(
     for team in (shared, own):
         assert team["executor"].success and team["validator"].components["verdict_correct"] == 0.5
         assert team["executor"].reward == pytest.approx(1.0)
-    assert shared["validator"].reward == pytest.approx(1.0 + 0.5 * 0.5)
-    assert own["validator"].reward == pytest.approx(0.5 * 0.5)
-    assert shared["validator"].components[ROLE_CREDIT] == pytest.approx(1.0 + 0.5 * 0.5)
-    assert own["validator"].components[ROLE_CREDIT] == pytest.approx(0.5 * 0.5)
+    assert shared["validator"].components["verdict_value"] == pytest.approx(0.25)
+    assert shared["validator"].reward == pytest.approx(1.0 + 0.5 * 0.25)
+    assert own["validator"].reward == pytest.approx(0.5 * 0.25)
+    assert shared["validator"].components[ROLE_CREDIT] == pytest.approx(1.0 + 0.5 * 0.25)
+    assert own["validator"].components[ROLE_CREDIT] == pytest.approx(0.5 * 0.25)
     assert own["analyst"].reward == pytest.approx(shared["analyst"].reward)
     assert TEAM.rewards.outcome_weight("validator") == 1.0
     assert alone.rewards.outcome_weight("validator") == 0.0
@@ -165,6 +172,8 @@ async def test_rejections_past_max_rounds_end_the_episode_unsubmitted(
     validator = roles(lead)["validator"]
     assert validator.components["rejected_good"] == 2.0
     assert validator.components["verdict_correct"] == 0.0
+    # Round 1 spent a turn (-0.5); round 2, the last, threw the right answer away (-1).
+    assert validator.components["verdict_value"] == pytest.approx(-0.75)
 
 
 @ON_MODULE_LOOP
@@ -218,6 +227,162 @@ async def test_validator_checks_run_on_a_checkpoint_and_leave_no_trace(
     # The environment judged only the executor's answer: one step.
     assert [t.failure for t in lead.turns if t.role == "tool"] == [None]
     assert validator.reward == pytest.approx(1.5) and validator.components["outcome"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def slugify() -> AnyTask:
+    [task] = [t for t in load_tasks("examples-code").tasks if t.id == "example-code/slugify"]
+    return task
+
+
+@ON_MODULE_LOOP
+async def test_the_validator_reviews_the_state_after_the_submission(
+    module_pool: SandboxPool, tok: Any, slugify: AnyTask
+) -> None:
+    """The executor's fix (a ```python reply: written, tested, and the episode over, solved) is
+    reviewed where it stands: the validator reads the submitted solution.py and runs the tests
+    there (the episode reopened for its checks), then accepts. It is never shown the
+    environment's answer to the submission. Reviewed on the state before it, as it once was, it
+    would read the stub and could only guess."""
+    fix = f"```python\n{slugify.reference}```"
+    team = TeamConfig.model_validate({"roles": [
+        {"kind": "executor"},
+        {"kind": "validator", "tools": ["read_file", "run_tests"], "max_turns": 3},
+    ], "submit_tools": []})  # fmt: skip
+    engine = team_engine(tok, executor=[fix], validator=[
+        call("read_file", path="solution.py"), call("run_tests"), "The tests pass.\nACCEPT",
+    ])  # fmt: skip
+    env = make_env("code", module_pool, EnvConfig(max_steps=AGENT.max_turns))
+    reviews: list[Review] = []
+    lead = await run_team_episode(slugify, env, engine, team, AGENT, on_review=reviews.append)
+    validator = roles(lead)["validator"]
+    assert lead.success and [(r.verdict, r.good) for r in reviews] == [(Verdict.ACCEPT, True)]
+    checks = [t for t in validator.turns if t.role == "tool"]
+    assert "re.sub" in checks[0].text  # the fix as submitted, not the stub
+    assert checks[1].failure is None and "pass" in checks[1].text.lower()
+    shown = validator.turns[0].text
+    assert "your tools (read_file, run_tests) run on the work as submitted" in shown
+    answered = next(t.text for t in lead.turns if t.role == "tool")
+    assert answered not in shown  # the environment's answer to the fix is not evidence given
+    # What the environment judged: the executor's one step; the checks left no trace.
+    assert [t.failure for t in lead.turns if t.role == "tool"] == [None]
+    assert validator.components["verdict_value"] == 1.0
+
+
+@ON_MODULE_LOOP
+async def test_a_rejected_submission_is_reviewed_in_place_then_rolled_back(
+    module_pool: SandboxPool, tok: Any, slugify: AnyTask
+) -> None:
+    """A wrong fix: the validator reads it in place, rejects it, and the workspace returns to
+    the stub before the executor's next turn."""
+    team = TeamConfig.model_validate({"roles": [
+        {"kind": "executor", "tools": ["read_file"]},
+        {"kind": "validator", "tools": ["read_file"], "max_turns": 2},
+    ], "submit_tools": [], "max_rounds": 2})  # fmt: skip
+    wrong = "```python\ndef slugify(title):\n    return 'wrong-fix'\n```"
+    engine = team_engine(tok, executor=[wrong, call("read_file", path="solution.py")],
+                         validator=[call("read_file", path="solution.py"),
+                                    "REJECT: it ignores the title"])  # fmt: skip
+    env = make_env("code", module_pool, EnvConfig(max_steps=AGENT.max_turns))
+    lead = await run_team_episode(slugify, env, engine, team, AGENT)
+    validator = roles(lead)["validator"]
+    assert "wrong-fix" in next(t.text for t in validator.turns if t.role == "tool")
+    steps = [t for t in lead.turns if t.role == "tool"]
+    assert steps[0].failure == "validator_rejected"
+    assert "wrong-fix" not in steps[1].text and "slugify" in steps[1].text  # rolled back
+    assert validator.components["verdict_correct"] == 1.0
+
+
+@ON_MODULE_LOOP
+async def test_verdicts_sampled_on_one_submission_are_the_validators_group(
+    module_pool: SandboxPool, tok: Any, product: AnyTask
+) -> None:
+    """verdicts: 3: three verdicts on the same (right) answer, each in a fresh context; the
+    first is the team's (accepted: solved). Each is priced alone: right +1, the right answer
+    sent back with rounds left -0.5; `by_role` groups the three apart from other submissions,
+    so the advantages compare them with each other."""
+    team = TeamConfig.model_validate({"roles": [{"kind": "executor"}, {"kind": "validator"}],
+                                      "verdicts": 3})  # fmt: skip
+    engine = team_engine(tok, executor=[call("answer", value="29842")],
+                         validator=["ACCEPT", "REJECT: unsure", "ACCEPT"])  # fmt: skip
+    lead = await play(product, module_pool, engine, team)
+    assert lead.success and lead.components["team_rounds"] == 1.0
+    verdicts = [t for t in lead.partners if t.role == "validator"]
+    assert [t.components["verdict_value"] for t in verdicts] == [1.0, -0.5, 1.0]
+    assert [t.reward for t in verdicts] == pytest.approx([1.5, 0.75, 1.5])
+    assert all(t.turns[0].text == verdicts[0].turns[0].text for t in verdicts)  # one context
+    lead.id, lead.sample = "g/1", 1
+    groups = {g.group_id: g for g in by_role([Group(product.id, "g", [lead])])}
+    assert set(groups) == {"g:executor", "g:validator:1.review0"}
+    grouped = groups["g:validator:1.review0"].trajectories
+    assert [t.sample for t in grouped] == [0, 1, 2]
+    assert [t.id for t in grouped] == [f"g/1:validator:review0.{k}" for k in range(3)]
+    assert {team_of(t) for t in grouped} == {("g", 1)}
+    assert team_of(lead) == ("g", 1)
+    advantages = grpo_advantages(training_rewards(grouped)[None])[0].tolist()
+    assert advantages[0] == advantages[2] > 0 > advantages[1]
+
+
+@ON_MODULE_LOOP
+async def test_the_validators_checks_run_on_the_submission_and_are_shown_with_it(
+    module_pool: SandboxPool, tok: Any, slugify: AnyTask
+) -> None:
+    """checks: [run_tests]: the tests run on the submitted fix before the validator speaks, and
+    their results are in its request: a failing fix's failure, a right fix's pass. The checks
+    change nothing the environment judges."""
+    team = TeamConfig.model_validate({"roles": [
+        {"kind": "executor"}, {"kind": "validator", "checks": ["run_tests"], "max_turns": 1},
+    ], "submit_tools": [], "max_rounds": 1})  # fmt: skip
+    wrong = "```python\ndef slugify(title):\n    return 'wrong-fix'\n```"
+    shown = {}
+    for name, fix, verdict in (
+        ("wrong", wrong, "REJECT: a test fails"),
+        ("right", f"```python\n{slugify.reference}```", "ACCEPT"),
+    ):
+        engine = team_engine(tok, executor=[fix], validator=[verdict])
+        env = make_env("code", module_pool, EnvConfig(max_steps=AGENT.max_turns))
+        lead = await run_team_episode(slugify, env, engine, team, AGENT)
+        shown[name] = roles(lead)["validator"].turns[0].text
+        assert lead.success == (name == "right")
+        assert roles(lead)["validator"].components["verdict_correct"] == 1.0
+        assert [t.failure for t in lead.turns if t.role == "tool"][:1] == (
+            [None] if name == "right" else ["validator_rejected"]
+        )
+    for text in shown.values():
+        assert "Checks run on the work as submitted:\n- run_tests():" in text
+    assert "wrong-fix" not in shown["right"]
+    assert shown["wrong"] != shown["right"]
+
+
+@ON_MODULE_LOOP
+async def test_checks_are_a_validators_and_name_a_tool_that_does_not_submit(
+    module_pool: SandboxPool, tok: Any, product: AnyTask
+) -> None:
+    with pytest.raises(ValueError, match="only a validator runs checks"):
+        TeamConfig.model_validate({"roles": [{"kind": "executor", "checks": ["calculator"]}]})
+    env = make_env("math", module_pool, EnvConfig())
+    for name, why in (("answer", "submits"), ("run_tests", "is not one of its tools")):
+        team = TeamConfig.model_validate({"roles": [
+            {"kind": "executor"}, {"kind": "validator", "checks": [name]}]})  # fmt: skip
+        engine = team_engine(tok, executor=["done"], validator=["ACCEPT"])
+        with pytest.raises(ConfigError, match=f"checks: '{name}' {why}.*a check is one of"):
+            await run_team_episode(product, env, engine, team, AGENT)
+
+
+def test_verdict_value_prices_each_mistake_by_what_it_costs_the_team() -> None:
+    rewards = TeamRewards(false_accept=1.0, false_reject=0.25)
+
+    def value(verdict: Verdict | None, good: bool, last: bool = False) -> float:
+        return verdict_value(Review(verdict, "", good, last), rewards)
+
+    assert value(Verdict.ACCEPT, True) == 1.0
+    assert value(Verdict.REJECT, False) == 1.0 and value(Verdict.STOP, False) == 1.0
+    assert value(Verdict.ACCEPT, False) == -1.0  # a wrong answer let through: the outcome lost
+    assert value(Verdict.REJECT, True) == -0.25  # a round spent
+    assert value(None, True) == -0.25  # no verdict blocks as a rejection does
+    assert value(Verdict.REJECT, True, last=True) == -1.0  # the right answer thrown away
+    assert value(Verdict.STOP, True) == -1.0
+    assert value(None, False) == -0.25
 
 
 def test_team_config_names_what_is_wrong() -> None:
