@@ -2,6 +2,7 @@
 
     honing sandbox exec FILE | humaneval | runtime build NAME -r F | runtime list
     honing eval --tasks SPEC --policy NAME   reference, noop, model:PATH or openai:URL [--team F]
+                                             [--role-model ROLE=DIR ...]: a role's own model
     honing rollout --tasks SPEC --model M --out DIR   generate trajectories into a store
     honing store query RUN "SQL" | describe RUN | rescore RUN [--tasks SPEC]
     honing check-template MODEL              is the model's chat template safe for multi-turn RL?
@@ -424,7 +425,15 @@ def eval_command(
         typer.Option(
             help="Model policies: also evaluate the model as this team (a YAML file: a team "
             "config, roles: …, or a run config with a team: block) on the same tasks, and "
-            "report each role (validator precision and recall, rounds to acceptance)."
+            "report each role (validator precision and recall, rounds to acceptance). Its "
+            "models: {role: DIR} (honing export of per-role adapters) give roles their own model."
+        ),
+    ] = None,
+    role_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="--team: ROLE=PATH, the model directory ROLE plays (repeatable; over the team "
+            "file's models:). Roles without one play the --policy model."
         ),
     ] = None,
     isolation: Isolation = "bwrap",
@@ -437,24 +446,32 @@ def eval_command(
     rates; the exit status is then 3, so a run with an incomplete result is never mistaken for a
     clean one. A model answer its checker fails on is a wrong answer, not an infrastructure failure.
     With --team the model is evaluated alone and as the team, on the same tasks with the same
-    settings: both sets of tiers, then each role's figures.
+    settings: both sets of tiers, then each role's figures. A role with a model of its own (the
+    team file's models:, --role-model) plays on it; the others play the --policy model.
     """
-    from honing.eval.config import EvalConfig, load_team
+    from honing.eval.config import EvalConfig, TeamFile, load_team_file
 
     cfg = _from_flags(EvalConfig, {
         "tasks": tasks, "policy": policy, "k": k, "max_steps": max_steps, "shard": shard,
         "concurrency": concurrency, "max_new_tokens": max_new_tokens,
         "system_prompt": system_prompt, "temperature": temperature, "seed": seed,
-        "dtype": dtype, "images": images, "team": team, "sandbox": {"isolation": isolation},
+        "dtype": dtype, "images": images, "team": team, "role_model": role_model or [],
+        "sandbox": {"isolation": isolation},
     })  # fmt: skip
     try:
         chosen = None if cfg.model_policy else make_policy(cfg.policy)
+        if cfg.role_model and cfg.team is None:
+            raise ConfigError("--role-model gives a team's role its model: add --team TEAM.yaml")
         if cfg.team is not None and chosen is not None:
             raise ConfigError(
                 f"--team needs a model policy (model:PATH, model:default or openai:URL), whose "
-                f"model plays every role; {cfg.policy!r} is a scripted policy"
+                f"model plays the team's roles that have none of their own, and plays alone; "
+                f"{cfg.policy!r} is a scripted policy"
             )
-        team_config = None if cfg.team is None else load_team(cfg.team)
+        team_file: TeamFile | None = None
+        if cfg.team is not None:
+            team_file = load_team_file(cfg.team, cfg.role_models)
+        team_config = None if team_file is None else team_file.team
         saved = _saved_agent(cfg.policy)
         steps = cfg.max_steps if cfg.max_steps is not None or saved is None else saved.max_turns
         env_config = EnvConfig() if steps is None else EnvConfig(max_steps=steps)
@@ -481,7 +498,7 @@ def eval_command(
             return _Evaluated(await evaluate(taskset, chosen, pool, k=cfg.k, config=env_config,
                                              concurrency=cfg.concurrency,
                                              on_episode=on_episode))  # fmt: skip
-        from honing.eval.model import EnginePlayer, TeamPlayer, team_figures
+        from honing.eval.model import EnginePlayer, TeamPlayer, open_team_engines, team_figures
 
         assert agent is not None
         engine = _make_engine(cfg.policy, cfg.dtype)
@@ -496,19 +513,28 @@ def eval_command(
 
             return hear
 
+        engines = None
         try:
             player = EnginePlayer(engine, agent, name=cfg.policy)
             single = await evaluate(taskset, player, pool, k=cfg.k, config=env_config,
                                     concurrency=cfg.concurrency, on_episode=heard(0))  # fmt: skip
-            if team_config is None:
+            if team_file is None:
                 return _Evaluated(single)
-            roles = ", ".join(r.role for r in team_config.roles)
-            teamed = TeamPlayer(engine, agent, team_config, name=f"{cfg.policy} · team ({roles})")
+            engines = await open_team_engines(
+                team_file.team, team_file.models, cfg.policy, engine,
+                lambda directory: _make_engine(f"model:{directory}", cfg.dtype),
+            )  # fmt: skip
+            roles = ", ".join(r if m == cfg.policy else f"{r}: {m}"
+                              for r, m in engines.played.items())  # fmt: skip
+            teamed = TeamPlayer(engines.engine, agent, team_file.team,
+                                name=f"{cfg.policy} · team ({roles})")  # fmt: skip
             report = await evaluate(taskset, teamed, pool, k=cfg.k, config=env_config,
                                     concurrency=cfg.concurrency, on_episode=heard(1))  # fmt: skip
             return _Evaluated(single, report, team_figures(teamed.trajectories),
-                              paired_gain(outcomes[0], outcomes[1]))  # fmt: skip
+                              paired_gain(outcomes[0], outcomes[1]), engines.played)  # fmt: skip
         finally:
+            if engines is not None:
+                await engines.close()
             await engine.close()
 
     causes: dict[str, int] = {}  # infrastructure failures: what went wrong, how often
@@ -539,7 +565,8 @@ def eval_command(
             figures = evaluated.figures
             roles = None if figures is None else dataclasses.asdict(figures)
             config = team_config.model_dump(mode="json")
-            out["team"] = {**team_report.to_json_dict(), "config": config, "roles": roles}
+            out["team"] = {**team_report.to_json_dict(), "config": config, "roles": roles,
+                           "models": evaluated.played}  # fmt: skip
             if evaluated.versus is not None:
                 v = evaluated.versus
                 out["team"]["versus"] = {"pairs": v.n, "alone": v.before, "team": v.after,
@@ -647,6 +674,7 @@ class _Evaluated:
     team: EvalReport | None = None
     figures: TeamFigures | None = None  # the team's roles (None: no judged team episode)
     versus: PairedGain | None = None  # team − alone success on the episodes both judged
+    played: dict[str, str] | None = None  # the model each role played (model:DIR, the policy)
 
 
 def _print_versus(single: EvalReport, team: EvalReport, versus: PairedGain | None) -> None:
@@ -1250,7 +1278,8 @@ def export_command(
 ) -> None:
     """A run's trained model as a Hugging Face directory (safetensors, tokenizer, chat template,
     generation config) that transformers, vLLM and SGLang load unchanged, with a model card
-    holding the run's evaluation table. Serve it with `honing serve OUT`."""
+    holding the run's evaluation table. Serve it with `honing serve OUT`. A team run also gets
+    OUT/team.yaml (`honing eval --team`); with per-role adapters, one directory per role."""
     from honing.export import export_run, export_run_to_url
     from honing.trainer.remote import is_url
 
@@ -1270,7 +1299,11 @@ def export_command(
     if result.url is not None:
         typer.echo(result.url)
         return
-    err.print(f"serve it: honing serve {result.out}", highlight=False)
+    if result.team_file is not None:
+        err.print(f"the team: {result.team_file} (honing eval --team; {result.out}/README.md "
+                  "says how)", highlight=False)  # fmt: skip
+    if not result.roles:
+        err.print(f"serve it: honing serve {result.out}", highlight=False)
     typer.echo(str(result.out))
 
 

@@ -3,21 +3,25 @@
     report = await evaluate(taskset, EnginePlayer(engine, agent, name="model:…"), pool, k=4)
     team = TeamPlayer(engine, agent, team_config, name="model:… · team")
     report = await evaluate(taskset, team, pool, k=4); figures = team_figures(team.trajectories)
+    engines = await open_team_engines(team_config, models, "model:DIR", engine, load)  # own models
 
 Each episode is played by the token-faithful agent loop (`run_episode`, `run_team_episode`) as
 in training; every step that stands is an eval `Step`, so the tiers come from the same pure
 functions as a scripted policy's. A team's steps are its executor's that stand (a submission the
-validator sent back was rolled back: not a step). An infrastructure failure (engine, sandbox) is
-counted apart, never as the model's failure; an episode left unfinished (token budget, no
-action) counts as stopped. Not covered: retries, storing the trajectories (`honing rollout`),
-and the risk of a submission sent back (it ran; the executor's trajectory keeps it).
+validator sent back was rolled back: not a step). A team's roles share the policy's engine, or,
+with models of their own (a team file's `models:`), play on a `RoleEngines`
+(`open_team_engines`). An infrastructure failure (engine, sandbox) is counted apart, never as
+the model's failure; an episode left unfinished (token budget, no action) counts as stopped.
+Not covered: retries, storing the trajectories (`honing rollout`), and the risk of a submission
+sent back (it ran; the executor's trajectory keeps it).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from honing.envs import registry
 from honing.envs.base import Action, EnvConfig, Observation, StepResult
@@ -26,7 +30,7 @@ from honing.observe.metrics import judged, team_summary
 from honing.records import Ending, Trajectory
 from honing.rollout.agent import AgentConfig, EnvLike, InfraFailure, run_episode
 from honing.rollout.engines.base import Engine
-from honing.rollout.team import TeamConfig, run_team_episode
+from honing.rollout.team import RoleEngines, TeamConfig, run_team_episode
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
 
@@ -105,6 +109,61 @@ class TeamPlayer:
         self.trajectories += [lead, *lead.partners]
         if self.on_trajectory is not None:
             self.on_trajectory(lead)
+
+
+@dataclass
+class TeamEngines:
+    """What a team plays on (`open_team_engines`): `engine`, the policy's or a `RoleEngines`;
+    `played`, the model each role played; `opened`, the engines opened for roles (`close`)."""
+
+    engine: Engine
+    played: dict[str, str]
+    opened: list[Engine] = field(default_factory=list)
+
+    async def close(self) -> None:
+        """Close the engines opened for roles (not the policy's)."""
+        for engine in self.opened:
+            await engine.close()
+
+
+async def open_team_engines(
+    team: TeamConfig,
+    models: Mapping[str, Path],
+    policy: str,
+    engine: Engine,
+    load: Callable[[Path], Engine],
+) -> TeamEngines:
+    """The engines `team` plays on: `engine` (the policy's, named `policy`) for each role that
+    `models` does not name; for each other, an engine `load`ed from its model directory (once per
+    directory; the policy's own directory plays on `engine`). No models: `engine` itself."""
+    if not models:
+        return TeamEngines(engine, {r.role: policy for r in team.roles})
+    own = Path(policy.removeprefix("model:")).resolve() if policy.startswith("model:") else None
+    out = TeamEngines(engine, {})
+    loaded: dict[Path, Engine] = {}
+    engines: dict[str, Engine] = {}
+    try:
+        for role in team.roles:
+            directory = models.get(role.role)
+            if directory is None:
+                engines[role.role], out.played[role.role] = engine, policy
+                continue
+            out.played[role.role] = f"model:{directory}"
+            key = directory.resolve()
+            if key == own:
+                engines[role.role] = engine
+                continue
+            if key not in loaded:
+                loaded[key] = load(directory)
+                out.opened.append(loaded[key])
+            engines[role.role] = loaded[key]
+    except BaseException:
+        await out.close()
+        raise
+    executor = team.role("executor")
+    assert executor is not None  # TeamConfig has exactly one
+    out.engine = RoleEngines(engines, executor.role)
+    return out
 
 
 async def _play(

@@ -2,12 +2,14 @@
 run's held-out evaluation, the int8 comparison when quantised, and how to load it.
 
     text = model_card(run, out, layout="model", dtype="fp32", comparison=None)
+    text = team_card(run, out, roles, layout="model", dtype="fp32")   # per-role adapters: OUT's
 
 YAML front matter as the Hugging Face hub reads it (`base_model` when the run started from a
 model with a hub id — the embedded default is SmolLM2-135M-Instruct — `library_name`, `tags`,
 `pipeline_tag`), then Markdown. The evaluation table comes from `RUN/evals.jsonl`: per held-out
 set, success before training, after the warm start, and at the last evaluation at or before the
-exported step.
+exported step. A team run's cards say how to evaluate it as a team (`team_eval`); a team with
+per-role adapters gets `team_card` at the top and a model card in each role's directory.
 
 Not covered: fields the run cannot know (license, intended use, data provenance beyond the task
 sources' names): the card says where to add them.
@@ -47,7 +49,7 @@ def model_card(
     dtype: ExportDtype,
     comparison: Comparison | None,
 ) -> str:
-    """The whole README.md."""
+    """The whole README.md (of one role's directory, for a team with per-role adapters)."""
     parts = [
         _front_matter(run, layout, comparison),
         _intro(run, layout, dtype, comparison),
@@ -57,12 +59,73 @@ def model_card(
     if comparison is not None:
         parts.append(_quantisation(comparison))
     parts.append(_usage(str(out), layout, comparison))
+    if run.config.team is not None:
+        top = out.parent if run.role is not None else out
+        parts.append(f"## As a team\n\n{team_eval(run, top, layout)}\n")
     parts.append(
         "## Limitations\n\nA small model post-trained on a narrow set of verifiable tasks: "
         "expect the gains above on those tasks, not in general. Add the license and the "
         "intended use of your release here.\n"
     )
     return "\n".join(parts)
+
+
+def team_card(
+    run: TrainedRun, out: Path, roles: Sequence[str], layout: Literal["model", "adapter"],
+    dtype: ExportDtype,
+) -> str:  # fmt: skip
+    """The README.md of a team with per-role adapters: its roles' directories, the run's
+    evaluation and how to evaluate the team."""
+    team = run.config.team
+    assert team is not None
+    kinds = {r.role: r.kind for r in team.roles}
+    what = {"model": "a Hugging Face model directory with the role's adapter merged in",
+            "adapter": "a peft LoRA adapter with its base in `base/`"}[layout]  # fmt: skip
+    rows = "\n".join(f"| {role} | {kinds[role]} | `{role}/` |" for role in roles)
+    return "\n".join([
+        _front_matter(run, layout, None),
+        f"# {run.config.name}: a team of {len(roles)} roles\n\n{_base_name(run)} post-trained "
+        "with reinforcement learning by honing as a team, each role with a LoRA adapter of its "
+        f"own on the same base (`team.adapters: per_role`). One directory per role, each {what} "
+        f"({dtype} weights) and its own card; exported from checkpoint step {run.step} of the run "
+        f"`{run.run_dir.name}`. `team.yaml` holds the team (roles, rounds, rewards) as the run "
+        "was configured and names each role's directory (`models:`).\n\n"
+        f"| role | kind | directory |\n|---|---|---|\n{rows}\n",
+        _training(run),
+        _evaluation(run),
+        f"## How to evaluate it\n\n{team_eval(run, out, layout)}\n",
+    ])  # fmt: skip
+
+
+def team_eval_command(run: TrainedRun, out: Path) -> str:
+    """The `honing eval` command that evaluates the team exported (as models) to `out`."""
+    team = run.config.team
+    assert team is not None
+    executor = team.role("executor")
+    assert executor is not None
+    policy = out / executor.role if team.adapters == "per_role" else out
+    return f"honing eval --tasks TASKS --policy model:{policy} --team {out / 'team.yaml'}"
+
+
+def team_eval(run: TrainedRun, out: Path, layout: Literal["model", "adapter"]) -> str:
+    """How to evaluate the team exported to `out` (its team.yaml there) with `honing eval`."""
+    team = run.config.team
+    assert team is not None
+    if layout == "adapter":
+        return (
+            "`honing eval` plays model directories, and this export holds LoRA adapters: export "
+            "the run again with `--merge-lora` to OUT, then "
+            f"`{team_eval_command(run, Path('OUT'))}`."
+        )
+    said = (
+        "each role plays its own model (team.yaml's `models:`; `--role-model ROLE=DIR` "
+        "replaces one), and the executor's model plays alone"
+        if team.adapters == "per_role" else "every role plays this model, which also plays alone"
+    )  # fmt: skip
+    return (
+        f"`{team_eval_command(run, out)}`: {said}, on the same tasks; the output sets the team's "
+        "success beside the model's alone and gives each role's figures."
+    )
 
 
 def _hub_id(run: TrainedRun) -> str | None:
@@ -78,6 +141,8 @@ def _front_matter(
     tags.append("lora" if run.kind == "lora" else "full-fine-tune")
     if run.warm_started:
         tags.append("sft")
+    if run.config.team is not None:
+        tags.append("team")
     if comparison is not None:
         tags += ["torchao", "int8"]
     lines = ["---"]
@@ -113,13 +178,19 @@ def _intro(
         "adapter": "a peft LoRA adapter, with the exact model it applies to in `base/`",
     }[layout]
     weights = "int8 (torchao, weight-only)" if comparison is not None else dtype
+    role = ""
+    if run.role is not None:
+        role = (
+            f" This is the `{run.role}` role of a team that trained one LoRA adapter per role: "
+            "`../README.md` has the team, `../team.yaml` names every role's directory."
+        )
     return (
-        f"# {cfg.name}\n\n"
+        f"# {cfg.name}{'' if run.role is None else f': the {run.role} role'}\n\n"
         f"{_base_name(run)} post-trained with reinforcement learning ({algorithm}) by honing "
         f"in verifiable environments ({', '.join(domains)}): the "
         "model acts through tools, a sandbox executes the actions, and the environments' rewards "
         f"drive the updates. This is {what}; weights: {weights}; exported from checkpoint step "
-        f"{run.step} of the run `{run.run_dir.name}`.\n"
+        f"{run.step} of the run `{run.run_dir.name}`.{role}\n"
     )
 
 

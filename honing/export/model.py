@@ -10,7 +10,10 @@ OUT is a **model** layout (a full fine-tune, or LoRA with `merge_lora=True`; alw
 model card; `quantize="int8"` goes through honing.export.quantize. Atomic (written in a hidden
 temporary directory renamed to OUT last), and an export never overwrites. `export_run_to_url`
 writes it to an fsspec URL instead (s3://...): exported locally, then uploaded, its commit record
-last (honing.trainer.remote). docs/export.md has the layouts, the options and the errors.
+last (honing.trainer.remote). A team run (`team:`) also gets `OUT/team.yaml` (the team, for
+`honing eval --team`); with per-role adapters, OUT holds one directory per role (`OUT/ROLE/`, each
+a layout as above: the executor's from the run's learner, the others' from `learner-ROLE/`) and
+team.yaml names them. docs/export.md has the layouts, the options and the errors.
 
 Not covered: sharding beyond transformers' default shard size, GGUF, pushing to a hub, exporting
 a model that no run trained (a base model directory is already a transformers directory).
@@ -23,16 +26,19 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 
 from honing.errors import CheckpointError, ConfigError, ExportError
+from honing.eval.config import write_team_file
+from honing.export.card import model_card, team_card, team_eval_command
 from honing.store.files import fsync_tree, pid_alive
 from honing.trainer.run_config import TrainConfig
-from honing.trainer.run_dir import CONFIG_FILE, DONE_FILE, WARM_DIR, EvalPoint, RunDir
+from honing.trainer.run_dir import CONFIG_FILE, DONE_FILE, WARM_DIR, EvalPoint, RunDir, read_yaml
 
 if TYPE_CHECKING:
     from honing.export.quantize import Comparison
@@ -48,6 +54,8 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 }
 QUANTIZE = ("int8",)
 BASE_DIR = "base"  # the adapter layout's copy of the model the adapter is relative to
+TEAM_FILE = "team.yaml"  # a team run's team (honing.eval.config.load_team_file reads it)
+LEARNER_DIR = "learner"  # in a checkpoint: the run's learner (a team's executor)
 
 
 # -- records -----------------------------------------------------------------------------------
@@ -66,10 +74,40 @@ class TrainedRun:
     warm_started: bool  # base is the run's warm-start (SFT) model
     evals: tuple[EvalPoint, ...]  # RUN/evals.jsonl, in order
     sharded: bool = False  # the learner was sharded (torchrun): a torch.distributed checkpoint
+    learner: str = LEARNER_DIR  # the checkpoint's learner directory: a role's `learner-ROLE`
+    role: str | None = None  # the team role whose model this is (per-role adapters)
 
     @property
     def learner_dir(self) -> Path:
-        return self.checkpoint / "learner"
+        return self.checkpoint / self.learner
+
+    @property
+    def per_role(self) -> bool:
+        """Whether the run is a team that trained one adapter per role."""
+        team = self.config.team
+        return team is not None and team.adapters == "per_role"
+
+    def roles(self) -> dict[str, TrainedRun]:
+        """A per-role team's model of each role, in the team's order: the executor's is the run's
+        learner, each other's is `learner-ROLE/` (a CheckpointError when it is missing)."""
+        team = self.config.team
+        assert team is not None and self.per_role
+        out = {}
+        for role in team.roles:
+            if role.kind == "executor":
+                out[role.role] = replace(self, role=role.role)
+                continue
+            learner = f"{LEARNER_DIR}-{role.role}"
+            if not (self.checkpoint / learner).is_dir():
+                raise CheckpointError(
+                    f"{self.checkpoint} holds no learner for role {role.role!r} ({learner}/), "
+                    "though the run's config says team.adapters: per_role: the checkpoint is "
+                    "incomplete; export another one with --step"
+                )
+            kind, sharded = _learner_kind(self.checkpoint / learner)
+            out[role.role] = replace(self, learner=learner, role=role.role, kind=kind,
+                                     sharded=sharded)  # fmt: skip
+        return out
 
 
 @dataclass(frozen=True)
@@ -95,6 +133,8 @@ class ExportResult:
     comparison: Comparison | None = None  # when quantised: int8 against the unquantised model
     seconds: float = 0.0
     url: str | None = None  # `export_run_to_url`: where it was published (`out` is gone then)
+    team_file: Path | None = None  # a team run's OUT/team.yaml
+    roles: Mapping[str, Path] = field(default_factory=dict)  # per-role adapters: OUT/ROLE
 
     @property
     def weight_bytes(self) -> int:
@@ -104,6 +144,8 @@ class ExportResult:
     def line(self) -> str:
         """One line for the terminal."""
         what = {"model": "model", "adapter": "LoRA adapter + base"}[self.layout]
+        if self.roles:
+            what = f"team of {len(self.roles)} roles ({', '.join(self.roles)}), each a {what}"
         weights = f"{self.quantize} weights, rest {self.dtype}" if self.quantize else self.dtype
         text = (
             f"exported step {self.step} of {self.run_dir} as a {what} ({weights}, "
@@ -134,21 +176,11 @@ def find_run(run_dir: Path, step: int | None = None) -> TrainedRun:
     config = run.config()
     base, warm = _base_model(run, config)
     checkpoint = _checkpoint(run, step, base)
-    manifest_path = checkpoint / "learner" / "learner.json"
+    kind, sharded = _learner_kind(checkpoint / LEARNER_DIR)
     try:
-        manifest = json.loads(manifest_path.read_text())
-        kind = manifest["kind"]
         saved_step = int(json.loads((checkpoint / "meta.json").read_text())["step"])
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(
-            f"{checkpoint} is incomplete or corrupt ({type(e).__name__}: {e}): export another "
-            "checkpoint with --step, or delete this one"
-        ) from e
-    sharded = kind == "sharded"  # honing.trainer.distributed: full or LoRA, by its config
-    if sharded:
-        kind = "full" if (manifest.get("config") or {}).get("lora") is None else "lora"
-    if kind not in ("full", "lora"):
-        raise CheckpointError(f"{manifest_path}: unknown learner kind {kind!r}")
+        raise _corrupt(checkpoint, e) from e
     return TrainedRun(
         run_dir=run_dir,
         config=config,
@@ -159,6 +191,30 @@ def find_run(run_dir: Path, step: int | None = None) -> TrainedRun:
         warm_started=warm,
         evals=tuple(_evals(run)),
         sharded=sharded,
+    )
+
+
+def _learner_kind(learner: Path) -> tuple[Literal["full", "lora"], bool]:
+    """What the checkpoint's learner directory `learner` holds (`learner.json`): full or LoRA,
+    and whether sharded."""
+    manifest_path = learner / "learner.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        kind = manifest["kind"]
+        sharded = kind == "sharded"  # honing.trainer.distributed: full or LoRA, by its config
+        if sharded:
+            kind = "full" if (manifest.get("config") or {}).get("lora") is None else "lora"
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise _corrupt(learner.parent, e) from e
+    if kind not in ("full", "lora"):
+        raise CheckpointError(f"{manifest_path}: unknown learner kind {kind!r}")
+    return kind, sharded
+
+
+def _corrupt(checkpoint: Path, e: Exception) -> CheckpointError:
+    return CheckpointError(
+        f"{checkpoint} is incomplete or corrupt ({type(e).__name__}: {e}): export another "
+        "checkpoint with --step, or delete this one"
     )
 
 
@@ -452,6 +508,12 @@ def export_run(
     notes: list[str] = []
     if run.kind == "full" and merge_lora:
         notes.append("--merge-lora: the run is a full fine-tune (no adapter); nothing to merge")
+    if run.per_role and quantize is not None:
+        raise ExportError(
+            f"--quantize {quantize}: {run_dir} is a team with per-role adapters, and the int8 "
+            "export measures one model on the held-out sets, which such a team is not: export "
+            "without --quantize (one directory per role; --merge-lora for plain models)"
+        )
     if run.kind == "lora" and quantize is not None and not merge_lora:
         raise ExportError(
             f"--quantize {quantize} quantises a plain model, and this run trained a LoRA adapter: "
@@ -460,6 +522,7 @@ def export_run(
     layout: Literal["model", "adapter"] = (
         "adapter" if run.kind == "lora" and not merge_lora else "model"
     )
+    roles = run.roles() if run.per_role else {}
     from honing.rollout.models import load_tokenizer
 
     tokenizer = load_tokenizer(run.base)
@@ -471,32 +534,19 @@ def export_run(
     comparison = None
     log.info("export: %s step %d (%s, base %s) -> %s", run_dir, run.step, run.kind, run.base, out)
     try:
-        model = load_trained(run, merge=layout == "model")
-        if layout == "adapter":
-            write_adapter(model, tokenizer, gen_config, tmp, out, dtype_)
-        elif quantize is None:
-            write_model(model, tokenizer, gen_config, tmp, dtype_)
+        for role, trained in roles.items():
+            log.info("export: role %s from %s", role, trained.learner_dir)
+            _write_one(trained, tmp / role, out / role, layout=layout, tokenizer=tokenizer,
+                       gen_config=gen_config, dtype=dtype_)  # fmt: skip
+        if roles:
+            (tmp / "README.md").write_text(team_card(run, out, list(roles), layout, dtype_))
         else:
-            from honing.export.quantize import compare, quantize_int8
-
-            shutil.rmtree(scratch, ignore_errors=True)
-            write_model(model, tokenizer, gen_config, scratch, dtype_)
-            del model
-            quantize_int8(scratch, tmp, dtype_)
-            comparison = compare(
-                run.config,
-                scratch,
-                tmp,
-                dtype=dtype_,
-                heldout_limit=heldout_limit,
-                new_tokens=measure_tokens,
-            )
-        from honing.export.card import model_card
-        from honing.rollout.saved_agent import save_agent
-
-        save_agent(tmp, run.config.agent.saved())
-        card = model_card(run, out, layout=layout, dtype=dtype_, comparison=comparison)
-        (tmp / "README.md").write_text(card)
+            comparison = _write_one(run, tmp, out, layout=layout, tokenizer=tokenizer,
+                                    gen_config=gen_config, dtype=dtype_, quantize=quantize_,
+                                    scratch=scratch, heldout_limit=heldout_limit,
+                                    measure_tokens=measure_tokens)  # fmt: skip
+        if run.config.team is not None:
+            _write_team(run, tmp / TEAM_FILE, out, list(roles), layout)
         _publish_tree(tmp)
         _check_out(out)  # still free (another process may have written it meanwhile)
         if out.exists():
@@ -521,11 +571,74 @@ def export_run(
         notes=tuple(notes),
         comparison=comparison,
         seconds=time.monotonic() - started,
+        team_file=out / TEAM_FILE if run.config.team is not None else None,
+        roles={role: out / role for role in roles},
     )
     for note in notes:
         log.info("export: %s", note)
     log.info("export: %s", result.line())
     return result
+
+
+def _write_one(
+    run: TrainedRun,
+    dest: Path,
+    final: Path,
+    *,
+    layout: Literal["model", "adapter"],
+    tokenizer: Any,
+    gen_config: Any,
+    dtype: ExportDtype,
+    quantize: Quantize | None = None,
+    scratch: Path | None = None,
+    heldout_limit: int | None = None,
+    measure_tokens: int = 64,
+) -> Comparison | None:
+    """One model of `run` (its learner, `run.learner_dir`) written into `dest` in `layout`, to be
+    renamed to `final`: the weights, the agent settings and the card; quantised (in `scratch`
+    first) and measured when `quantize` is set: the comparison."""
+    from honing.rollout.saved_agent import save_agent
+
+    comparison = None
+    model = load_trained(run, merge=layout == "model")
+    if layout == "adapter":
+        write_adapter(model, tokenizer, gen_config, dest, final, dtype)
+    elif quantize is None:
+        write_model(model, tokenizer, gen_config, dest, dtype)
+    else:
+        from honing.export.quantize import compare, quantize_int8
+
+        assert scratch is not None
+        shutil.rmtree(scratch, ignore_errors=True)
+        write_model(model, tokenizer, gen_config, scratch, dtype)
+        del model
+        quantize_int8(scratch, dest, dtype)
+        comparison = compare(run.config, scratch, dest, dtype=dtype, heldout_limit=heldout_limit,
+                             new_tokens=measure_tokens)  # fmt: skip
+    save_agent(dest, run.config.agent.saved())
+    card = model_card(run, final, layout=layout, dtype=dtype, comparison=comparison)
+    (dest / "README.md").write_text(card)
+    return comparison
+
+
+def _write_team(
+    run: TrainedRun, path: Path, out: Path, roles: list[str], layout: Literal["model", "adapter"]
+) -> None:
+    """The run's team at `path` (OUT/team.yaml), its `team:` block as the run's config.yaml has
+    it; with per-role models, `models:` names each role's directory (relative to the file)."""
+    saved = read_yaml(run.run_dir / CONFIG_FILE) or {}
+    team = saved.get("team")
+    if not isinstance(team, dict):  # config.yaml is the resolved TrainConfig: it has one
+        raise ExportError(f"{run.run_dir / CONFIG_FILE}: no team: block, though the run has one")
+    kind = "with one model directory per role (models:)" if roles else "(every role: this model)"
+    comment = (
+        f"The team of the run {run.run_dir.name} (step {run.step}), exported by honing {kind}."
+    )
+    if layout == "model":
+        comment += f"\nEvaluate it as a team:\n  {team_eval_command(run, out)}"
+    else:
+        comment += "\nhoning eval plays model directories: export the run with --merge-lora."
+    write_team_file(path, team, {role: role for role in roles}, comment)
 
 
 def export_run_to_url(

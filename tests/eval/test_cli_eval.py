@@ -151,7 +151,9 @@ def test_a_model_alone_and_as_a_team(
     out = json.loads(result.stdout)
     assert set(out) == REPORT_KEYS | {"team"}
     teamed = out["team"]
-    assert set(teamed) == REPORT_KEYS | {"config", "roles", "versus"}
+    assert set(teamed) == REPORT_KEYS | {"config", "roles", "versus", "models"}
+    assert teamed["models"] == {role: f"model:{tiny_model_dir}"
+                                for role in ("analyst", "executor", "validator")}  # fmt: skip
     versus = teamed["versus"]  # team − alone on the episodes judged on both sides
     assert versus["pairs"] <= min(out["end_to_end"]["total"], teamed["end_to_end"]["total"])
     assert versus["gain"] == pytest.approx(versus["team"] - versus["alone"])
