@@ -784,7 +784,7 @@ def team_section(data: RunData) -> str:
                     "chart-team-reward",
                     "Mean reward per role per update",
                     "Every role gets the team's reward plus its own part (the validator's "
-                    "verdict_correct, the analyst's plan_followed).",
+                    "verdict_value, the analyst's plan_followed).",
                     reward,
                 ).html(),
             ]

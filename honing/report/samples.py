@@ -241,7 +241,7 @@ def _body_html(t: Trajectory, run_dir: Path) -> str:
     )
 
 
-ROLE_COMPONENTS = ("verdict_correct", "plan_followed")  # a role's own part of its reward
+ROLE_COMPONENTS = ("verdict_value", "verdict_correct", "plan_followed")  # a role's own part
 
 
 def _partner_html(t: Trajectory, run_dir: Path) -> str:
