@@ -74,6 +74,7 @@ bench: setup
 	$(PY) benchmarks/grpo_vs_trl.py
 	$(PY) benchmarks/learning_vs_trl.py
 	$(PY) benchmarks/generator_capacity.py
+	$(PY) benchmarks/learning_matrix.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

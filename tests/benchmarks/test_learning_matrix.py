@@ -1,0 +1,74 @@
+"""benchmarks/learning_matrix.py: each recipe's line read from a run's result.json, the latest
+run of a recipe found by its directory's name, and the matrix's last line. No training here (a
+recipe takes many minutes); the result.json read is the one `honing train` writes."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from benchmark_scripts import load_benchmark
+
+LAST = re.compile(
+    r"learning_matrix: \d+/\d+ recipes gain \(CI low > 0\); median RL ([+-]\d+ pts|n/a); "
+    r"slowest \d+ min"
+)
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load_benchmark("learning_matrix")
+
+
+def result(warm: float | None, rl: float, gain: float, ci: tuple[float, float],
+           minutes: float) -> dict[str, Any]:  # fmt: skip
+    base = 0.0 if warm is not None else rl - gain  # RL started from the base without a warm start
+    stages: dict[str, Any] = {"base": {"success": base, "total": 128},
+                              "rl": {"success": rl, "total": 128}}  # fmt: skip
+    if warm is not None:
+        stages["warm_start"] = {"success": warm, "total": 128}
+    return {"elapsed_s": minutes * 60, "gains": {**stages, "rl_gain": gain, "ci95": list(ci),
+                                                 "n": 128}}  # fmt: skip
+
+
+def test_a_recipes_line_and_the_matrix_line(bench: ModuleType) -> None:
+    sql = bench.outcome("sql", result(0.20, 0.45, 0.25, (0.15, 0.35), 12.4))
+    assert sql.line() == (
+        "learning sql: warm start 20% → RL 45% (RL +25 pts, 95% CI +15..+35; n=128) in 12 min"
+    )
+    flat = bench.outcome("tools", result(None, 0.30, 0.02, (-0.05, 0.09), 18.0))
+    assert flat.line().startswith("learning tools: base 28% → RL 30% (RL +2 pts")
+    missing = bench.Outcome("finance", why="no recipe yet (examples/finance.yaml is missing)")
+    assert missing.line() == "learning finance: no recipe yet (examples/finance.yaml is missing)"
+    assert [o.gains for o in (sql, flat, missing)] == [True, False, False]
+    last = bench.summary([sql, flat, missing])
+    assert last == ("learning_matrix: 1/3 recipes gain (CI low > 0); median RL +14 pts; "
+                    "slowest 18 min")  # fmt: skip
+    assert LAST.fullmatch(last)
+    assert LAST.fullmatch(bench.summary([missing]))  # nothing measured: "n/a"
+
+
+def test_the_latest_run_of_a_recipe_and_not_a_longer_ones(bench: ModuleType,
+                                                          tmp_path: Path) -> None:  # fmt: skip
+    for name in (
+        "code-repair-20261201-100000",
+        "code-repair-20261202-090000",
+        "code-repair-team-20261203-080000",
+        "code-repair-20261204-000000",
+    ):
+        (tmp_path / name).mkdir()
+    for name in (
+        "code-repair-20261201-100000",
+        "code-repair-20261202-090000",
+        "code-repair-team-20261203-080000",
+    ):
+        (tmp_path / name / "result.json").write_text(json.dumps({}))
+    # the newest with a result; the team's runs are not code-repair's; one without a result skipped
+    assert bench.latest_run(tmp_path, "code-repair").name == "code-repair-20261202-090000"
+    assert bench.latest_run(tmp_path, "code-repair-team").name.startswith("code-repair-team-")
+    assert bench.latest_run(tmp_path, "sql") is None
+    assert bench.outcome("x", {}).line() == "learning x: the run measured no RL gain on held-out"
