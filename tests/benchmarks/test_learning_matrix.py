@@ -72,3 +72,19 @@ def test_the_latest_run_of_a_recipe_and_not_a_longer_ones(bench: ModuleType,
     assert bench.latest_run(tmp_path, "code-repair-team").name.startswith("code-repair-team-")
     assert bench.latest_run(tmp_path, "sql") is None
     assert bench.outcome("x", {}).line() == "learning x: the run measured no RL gain on held-out"
+
+
+def test_every_recipe_loads_and_is_named_as_its_runs(bench: ModuleType) -> None:
+    """Each recipe file there is a valid run config whose name is the matrix's recipe (what
+    `runs/<recipe>-*` and the result line are named after), with a held-out set of 128 tasks
+    or more (64 for structure and the team, whose episodes are slow)."""
+    from honing.trainer.run_config import load_saved
+
+    present = {r: f for r, f in bench.RECIPES.items() if (bench.ROOT / "examples" / f).is_file()}
+    assert {"quickstart", "code-repair", "code-repair-team", "tools", "sql"} <= set(present)
+    for recipe, name in present.items():
+        config = load_saved(bench.ROOT / "examples" / name)
+        assert config.name == recipe, name
+        held = sum(s.count or 0 for s in config.heldout.values())
+        if recipe not in ("code-repair", "code-repair-team", "structure"):
+            assert held >= 128, (recipe, held)
