@@ -5,8 +5,8 @@ that role's learner in the checkpoint computes, the roles apart; `team.yaml` nam
 Shared adapters: one model plus a team.yaml without models. Quantising per role is refused; a URL
 gets the whole tree.
 
-The `parity` domain judges a reply by its length's parity, so that the tiny random model's samples
-differ in reward and each role's adapter trains (as in tests/trainer/test_team_adapters.py).
+The `coin` domain (tests/coin_domain.py) judges a reply by its length's parity, so that the tiny
+random model's samples differ in reward and each role's adapter trains.
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 import torch
 import yaml
+from coin_domain import coin_domain, generate
 
-from honing.domains import play_references
-from honing.envs.base import Action, Environment, StepInfo, StepOutput
 from honing.errors import CheckpointError, ConfigError, ExportError
 from honing.eval.config import load_team, load_team_file
 from honing.eval.model import open_team_engines
@@ -31,10 +30,7 @@ from honing.export import ExportResult, export_run, export_run_to_url
 from honing.rollout.engines.base import Engine
 from honing.rollout.engines.hf import HFEngine
 from honing.rollout.team import RoleEngines
-from honing.tasks import domains
 from honing.tasks.domains import Domain
-from honing.tasks.load import AnyTask
-from honing.tasks.schema import TaskBase
 from honing.trainer.checkpoint import latest_checkpoint
 from honing.trainer.learner import Learner
 from honing.trainer.loop import train
@@ -45,52 +41,20 @@ IDS = torch.tensor([[1, 504, 3458, 314, 253, 1345, 28, 2]])
 ROLES = ["analyst", "executor"]  # the team's order
 
 
-class ParityTask(TaskBase):
-    domain: Literal["parity"] = "parity"
-
-
-class ParityEnv(Environment):
-    domain = "parity"
-
-    @property
-    def tools(self) -> list[dict[str, Any]]:
-        return []
-
-    async def _reset(self, task: AnyTask) -> None:
-        pass
-
-    async def _step(self, action: Action) -> StepOutput:
-        self.done = True
-        return {self.OUTCOME: float(len(action.content) % 2)}, [], StepInfo()
-
-    def reference_actions(self, task: AnyTask) -> list[Action]:
-        return [Action(content="a")]
-
-
-def generate(n: int, seed: int, phrasings: str) -> list[ParityTask]:
-    return [ParityTask(id=f"parity/{seed}/{i}", prompt=f"Say something about {seed * 10 + i}.",
-                       reference="a") for i in range(n)]  # fmt: skip
-
-
 @pytest.fixture(scope="module", autouse=True)
-def parity() -> Iterator[Domain]:
-    domain = domains.register(Domain(name="parity", task=ParityTask, env=ParityEnv,
-                                     check=play_references(ParityEnv),
-                                     generators={"parity": generate}))  # fmt: skip
-    try:
+def coin() -> Iterator[Domain]:
+    with coin_domain() as domain:
         yield domain
-    finally:
-        domains.unregister("parity")
 
 
 def team_run(root: Path, model: Path, adapters: str) -> Path:
     """One update of the loop, played by an analyst and an executor."""
     config = TrainConfig.model_validate({
-        "name": f"parity-{adapters}",
+        "name": f"coin-{adapters}",
         "model": str(model),
         "out": str(root / "run"),
         "seed": 5,
-        "train": {"parity": {"tasks": "synthetic-parity", "count": 8, "seed": 1}},
+        "train": {"coin": {"tasks": "synthetic-coin", "count": 8, "seed": 1}},
         "steps": 1,
         "groups_per_step": 2,
         "n": 4,
@@ -196,7 +160,7 @@ def test_eval_plays_each_role_on_its_own_model(
 
     from honing.cli import app
 
-    tasks = tmp_path / "parity.jsonl"
+    tasks = tmp_path / "coin.jsonl"
     tasks.write_text("".join(json.dumps(t.model_dump(mode="json")) + "\n"
                              for t in generate(3, 7, "")))  # fmt: skip
     monkeypatch.setenv("HONING_HOME", str(tmp_path / "home"))

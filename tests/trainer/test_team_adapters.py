@@ -1,8 +1,8 @@
 """Per-role LoRA adapters (`team.adapters: per_role`): each role trains its own adapter on the
 same base in the same run, is served by an engine of its own, is checkpointed apart and resumes.
 
-The `coin` domain judges a reply by its length's parity, so that the tiny random model's
-samples differ in reward and every role's group carries a signal.
+The `coin` domain (tests/coin_domain.py) judges a reply by its length's parity, so that the tiny
+random model's samples differ in reward and every role's group carries a signal.
 """
 
 from __future__ import annotations
@@ -10,62 +10,25 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
 
 import pytest
 import torch
+from coin_domain import coin_domain
 from safetensors.torch import load_file
 
-from honing.domains import play_references
-from honing.envs.base import Action, Environment, StepInfo, StepOutput
 from honing.rollout.team import RoleEngines
 from honing.store import read_trajectories
-from honing.tasks import domains
 from honing.tasks.domains import Domain
-from honing.tasks.load import AnyTask
-from honing.tasks.schema import TaskBase
 from honing.trainer.checkpoint import latest_checkpoint
 from honing.trainer.loop import train
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.sync import run_engine
 
 
-class CoinTask(TaskBase):
-    domain: Literal["coin"] = "coin"
-
-
-class CoinEnv(Environment):
-    domain = "coin"
-
-    @property
-    def tools(self) -> list[dict[str, Any]]:
-        return []
-
-    async def _reset(self, task: AnyTask) -> None:
-        pass
-
-    async def _step(self, action: Action) -> StepOutput:
-        self.done = True
-        return {self.OUTCOME: float(len(action.content) % 2)}, [], StepInfo()
-
-    def reference_actions(self, task: AnyTask) -> list[Action]:
-        return [Action(content="a")]
-
-
-def generate(n: int, seed: int, phrasings: str) -> list[CoinTask]:
-    return [CoinTask(id=f"coin/{seed}/{i}", prompt=f"Say something about {seed * 10 + i}.",
-                     reference="a") for i in range(n)]  # fmt: skip
-
-
 @pytest.fixture
 def coin() -> Iterator[Domain]:
-    domain = domains.register(Domain(name="coin", task=CoinTask, env=CoinEnv,
-                                     check=play_references(CoinEnv),
-                                     generators={"coin": generate}))  # fmt: skip
-    try:
+    with coin_domain() as domain:
         yield domain
-    finally:
-        domains.unregister("coin")
 
 
 def config(tmp_path: Path, model: Path, steps: int) -> TrainConfig:
