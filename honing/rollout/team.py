@@ -568,7 +568,6 @@ class _Team:
             replies = [await self._consult("validator", request)]
         else:
             seats = [self._fresh_seat("validator") for _ in range(self.team.verdicts)]
-            self.samples.append(seats)
             # With tools the checks share the environment: one at a time. Without, together
             # (the engine batches them).
             if checks:
@@ -577,7 +576,8 @@ class _Team:
                 replies = list(await asyncio.gather(
                     *(self._consult("validator", request, seat) for seat in seats)))  # fmt: skip
         reviews = [self._verdict(reply, good, last) for reply in replies]
-        if len(reviews) > 1:
+        if self.team.verdicts > 1:  # recorded once all K are in (an episode cut short drops them)
+            self.samples.append(seats)
             self.sampled.append(reviews)
         review = reviews[0]
         self.reviews.append(review)
