@@ -156,8 +156,9 @@ def team_of(trajectory: Trajectory) -> tuple[str, int]:
     in its group id, `<group>:<role>:<sample>.<subgroup>`)."""
     suffix = f":{trajectory.role}"
     head, sep, tail = trajectory.group_id.rpartition(suffix + ":")
-    if sep and "." in tail and tail.partition(".")[0].isdigit():
-        return head, int(tail.partition(".")[0])
+    sample, dot, _ = tail.partition(".")
+    if sep and dot and sample.isdigit():
+        return head, int(sample)
     return trajectory.group_id.removesuffix(suffix), trajectory.sample
 
 

@@ -279,8 +279,8 @@ def update_metrics(
         h[f"reward/component/{name}"] = values
     s.update(risk_scalars(scored))
     s.update(team_scalars(scored))
-    if acting(scored):
-        h["risk/cost"] = [t.risk for t in acting(scored)]
+    if actors := acting(scored):
+        h["risk/cost"] = [t.risk for t in actors]
     answered = [t for t in scored if "outcome" in t.components]
     for domain, group in _by(answered, lambda t: [t.domain]).items():
         s[f"train/unaided_answers/domain/{domain}"] = _mean([float(unaided(t)) for t in group])

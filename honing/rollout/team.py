@@ -778,7 +778,8 @@ class _Team:
             traj.ending, traj.failure, traj.detail = lead.ending, lead.failure, lead.detail
             traj.components["outcome"] = lead.components.get("outcome", 0.0)
             traj.reward = rewards.outcome_weight(kind) * team_reward
-            traj.subgroup, traj.sample = subgroup, k if subgroup else traj.sample
+            if subgroup:  # one of K verdicts on one submission: its own index in that group
+                traj.subgroup, traj.sample = subgroup, k
             own = 0.0  # the role's named reward, weighted
             if kind == "validator" and reviews:
                 value = sum(verdict_value(r, rewards) for r in reviews) / len(reviews)
