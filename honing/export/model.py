@@ -3,8 +3,9 @@
     result = export_run(Path("runs/quickstart"), Path("exports/quickstart"), merge_lora=True)
     model = AutoModelForCausalLM.from_pretrained("exports/quickstart")    # unchanged loaders
 
-What a run trained is found from its directory: `config.yaml`, the checkpoint (the latest, or
-`step=N`) and the model the learner started from (the warm start's, else the run's `model`).
+What a run trained is found from its directory: `config.yaml`, the checkpoint (the latest; with
+`checkpoint.keep_best`, the one best on validation; or `step=N`) and the model the learner
+started from (the warm start's, else the run's `model`).
 OUT is a **model** layout (a full fine-tune, or LoRA with `merge_lora=True`; always with
 `quantize`) or an **adapter** layout (a peft adapter plus its exact base in `OUT/base/`), with a
 model card; `quantize="int8"` goes through honing.export.quantize. Atomic (written in a hidden
@@ -37,6 +38,7 @@ from honing.errors import CheckpointError, ConfigError, ExportError
 from honing.eval.config import write_team_file
 from honing.export.card import model_card, team_card, team_eval_command
 from honing.store.files import fsync_tree, pid_alive
+from honing.trainer.gains import best_by_validation
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.run_dir import CONFIG_FILE, DONE_FILE, WARM_DIR, EvalPoint, RunDir, read_yaml
 
@@ -175,7 +177,7 @@ def find_run(run_dir: Path, step: int | None = None) -> TrainedRun:
     run = RunDir(run_dir)
     config = run.config()
     base, warm = _base_model(run, config)
-    checkpoint = _checkpoint(run, step, base)
+    checkpoint = _checkpoint(run, step, base, config.checkpoint.keep_best)
     kind, sharded = _learner_kind(checkpoint / LEARNER_DIR)
     try:
         saved_step = int(json.loads((checkpoint / "meta.json").read_text())["step"])
@@ -242,7 +244,9 @@ def _base_model(run: RunDir, config: TrainConfig) -> tuple[Path, bool]:
         ) from e
 
 
-def _checkpoint(run: RunDir, step: int | None, base: Path) -> Path:
+def _checkpoint(run: RunDir, step: int | None, base: Path, keep_best: bool = False) -> Path:
+    """The checkpoint of `step`; by default the latest, or with checkpoint.keep_best the one
+    the latest's loop state names best on validation."""
     run_dir = run.path
     if step is None:
         found = run.latest_checkpoint()
@@ -252,7 +256,14 @@ def _checkpoint(run: RunDir, step: int | None, base: Path) -> Path:
                 "is written every checkpoint.every updates and at the end), or use the model it "
                 f"started from as is: {base} is already a transformers directory"
             )
-        return found
+        if not keep_best:
+            return found
+        best = _best_step(found)
+        if best is None:
+            return found
+        step = best
+        log.info("%s: exporting update %d, the best on validation (checkpoint.keep_best; "
+                 "--step N exports another)", run_dir, step)  # fmt: skip
     path = run_dir / "checkpoints" / f"step-{step:08d}"
     if not (path / "meta.json").is_file():
         root = run_dir / "checkpoints"
@@ -267,6 +278,18 @@ def _checkpoint(run: RunDir, step: int | None, base: Path) -> Path:
             + " (older ones are deleted: checkpoint.keep)"
         )
     return path
+
+
+def _best_step(checkpoint: Path) -> int | None:
+    """The update best on validation by the checkpoint's loop state (its `validation` points);
+    None when it holds none."""
+    try:
+        state = json.loads((checkpoint / "state.json").read_text())
+        points = [EvalPoint.model_validate(p) for p in state.get("validation") or []]
+    except (OSError, json.JSONDecodeError, AttributeError, ValueError) as e:
+        raise _corrupt(checkpoint, e) from e
+    best = best_by_validation(points)
+    return None if best is None else best[0]
 
 
 def _evals(run: RunDir) -> list[EvalPoint]:

@@ -45,12 +45,14 @@ KINDS: dict[str, str] = {
     "sync": "seconds, mode",
     "eval": "phase, set, success, passed, total, infra_failed, seconds, well_formed, mean_steps, "
     "recovery, risk_rate, risky",
+    "validation": "as eval, of a validation set",
+    "best": "validation, previous (checkpoint.keep_best: a new best checkpoint)",
     "sandbox_start": "memory, pids_cgroup, seccomp, isolation, missing, description",
     "sandbox": "cells, busy_fraction, queued, runs",
     "checkpoint": "path, seconds",
     "warning": "message",
     "alert": "name, state, severity, value, threshold, message",
-    "run_end": "steps, elapsed_s, heldout_before, heldout_after, gains, line",
+    "run_end": "steps, elapsed_s, heldout_before, heldout_after, gains, line, exported_step",
 }
 RESERVED = frozenset({"t", "kind", "step"})
 

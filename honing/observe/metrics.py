@@ -327,16 +327,17 @@ def eval_scalars(
     success: float | None,
     well_formed: float | None,
     risk_rate: float | None = None,
+    prefix: str = "eval",
 ) -> dict[str, float]:
     """`eval/<set>/success`, `eval/<set>/well_formed` and `eval/<set>/risk_rate`, for the values
-    that were measured."""
+    that were measured (`prefix`: `validation` for a validation set)."""
     out = {}
     if success is not None:
-        out[f"eval/{set_name}/success"] = success
+        out[f"{prefix}/{set_name}/success"] = success
     if well_formed is not None:
-        out[f"eval/{set_name}/well_formed"] = well_formed
+        out[f"{prefix}/{set_name}/well_formed"] = well_formed
     if risk_rate is not None:
-        out[f"eval/{set_name}/risk_rate"] = risk_rate
+        out[f"{prefix}/{set_name}/risk_rate"] = risk_rate
     return out
 
 

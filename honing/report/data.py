@@ -115,6 +115,7 @@ class RunInfo:
     logprob_check: str = "not recorded"  # the start-up check: engine vs learner logprobs
     sandbox: str = "not recorded"  # how the sandbox's limits held (its sandbox_start event)
     gains: dict[str, Any] | None = None  # result.json's base -> warm start -> RL accounting
+    exported: dict[str, Any] | None = None  # result.json's: the update chosen on validation
     risk: RiskPlan | None = None  # the config's risk: (None: not in it)
 
 
@@ -223,6 +224,7 @@ def load_run(run_dir: Path) -> RunData:
         logprob_check=_logprob_check(by_kind["logprob_check"]),
         sandbox=_sandbox(by_kind["sandbox_start"]),
         gains=_gains(result, end),
+        exported=_exported(result),
         risk=_risk_plan(cfg),
     )
     done = f"{WARM_DIR}/{DONE_FILE}"
@@ -312,6 +314,12 @@ def _precision(start: dict[str, Any] | None, cfg: dict[str, Any]) -> str:
     if engine == learner:
         return f"{learner} (sampling and learning)"
     return f"mixed: engine {engine}, learner {learner}"
+
+
+def _exported(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """checkpoint.keep_best: the update the run reports and exports (result.json's)."""
+    exported = (result or {}).get("exported")
+    return exported if isinstance(exported, dict) else None
 
 
 def _gains(result: dict[str, Any] | None, end: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -110,6 +110,19 @@ def _gains_headline(gains: dict[str, Any], updates: str, took: str) -> str | Non
     return text + "."
 
 
+def _exported_note(exported: dict[str, Any] | None) -> str:
+    """checkpoint.keep_best: which update the figure above is of, and why."""
+    if exported is None:
+        return ""
+    step, last, score = exported.get("step"), exported.get("last"), exported.get("validation")
+    if not isinstance(score, int | float):
+        return ""
+    return (
+        f" The RL figure is update {step}'s of {last}: the best on validation "
+        f"({pct(float(score))}), the checkpoint `honing export` takes by default."
+    )
+
+
 def _numerics(precision: str) -> str:
     """The run's dtypes for the headline: ", float32", ", mixed: engine ..., learner ...", or
     nothing when not recorded."""
@@ -133,7 +146,7 @@ def _outcome_headline(data: RunData) -> str:
     if info.gains is not None:
         said = _gains_headline(info.gains, updates, took)
         if said is not None:
-            return said
+            return said + _exported_note(info.exported)
     points = _eval_points(data.evals)
     before = next((_pooled(r) for label, r in points if label == BEFORE), None)
     warm = next((_pooled(r) for label, r in points if label == WARM_START), None)

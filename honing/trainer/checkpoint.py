@@ -163,9 +163,11 @@ def save_checkpoint(
     *,
     keep: int | None = 2,
     roles: Mapping[str, Learner] | None = None,
+    protect: int | None = None,
 ) -> Path:
     """Write `run_dir/checkpoints/step-{step:08d}/` atomically, point LATEST at it, and delete
-    older checkpoints beyond the newest `keep` (None keeps all; the new one is always kept).
+    older checkpoints beyond the newest `keep` (None keeps all; the new one is always kept; so
+    is the one of step `protect`, the best on validation with checkpoint.keep_best).
     `loop_state`: the closed loop's own state, a pydantic model or a JSON-able mapping; it comes
     back as `LoadedCheckpoint.loop_state`. `roles`: a team's other learners (per-role adapters),
     each saved as `learner-ROLE/`. Checkpoints of steps after `step` (left by a run that was
@@ -212,7 +214,7 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _write_latest(root, final.name)
-    _prune(root, step, keep)
+    _prune(root, step, keep, protect)
     log.info("checkpoint: step %d saved to %s", step, final)
     return final
 
@@ -251,7 +253,7 @@ def _write_latest(root: Path, name: str) -> None:
     sync_dir(root)
 
 
-def _prune(root: Path, step: int, keep: int | None) -> None:
+def _prune(root: Path, step: int, keep: int | None, protect: int | None = None) -> None:
     older = []
     for s, path in _checkpoints(root):
         if s > step:
@@ -262,7 +264,7 @@ def _prune(root: Path, step: int, keep: int | None) -> None:
                 step,
             )
             _discard(path)
-        elif s < step:
+        elif s < step and s != protect:
             older.append(path)
     if keep is not None:
         for path in older[: max(0, len(older) - (keep - 1))]:

@@ -2,6 +2,7 @@
 
     EvalPoint                          one held-out set evaluated at one point (evals.jsonl)
     gains = account(evals)             -> Gains (pooled over the held-out sets)
+    best_by_validation(points)         -> (step, success): the checkpoint keep_best keeps
     gains.line("quickstart", minutes)  the last line of `honing train`
 
 The RL gain is the last evaluation after an update minus the warm start's (the base model's when
@@ -135,8 +136,28 @@ def pooled(points: Sequence[EvalPoint]) -> Stage:
     )
 
 
-def account(evals: Sequence[EvalPoint]) -> Gains:
-    """The run's gains from its evaluation points (the latest of each stage)."""
+def best_by_validation(points: Sequence[EvalPoint]) -> tuple[int, float] | None:
+    """The update (step > 0) whose validation points do best, pooled over the sets (passed /
+    judged), and that success; the earliest on a tie; None before any judged one.
+
+    >>> def p(step, passed, total=4):
+    ...     return EvalPoint(step=step, phase="p", set="s", success=None, passed=passed,
+    ...                      total=total, infra_failed=0, seconds=0)
+    >>> best_by_validation([p(0, 4), p(2, 3), p(4, 3), p(6, 1)])
+    (2, 0.75)
+    """
+    steps = sorted({p.step for p in points if p.step > 0})
+    best: tuple[int, float] | None = None
+    for step in steps:
+        stage = pooled([p for p in points if p.step == step])
+        if stage.success is not None and (best is None or stage.success > best[1]):
+            best = (step, stage.success)
+    return best
+
+
+def account(evals: Sequence[EvalPoint], rl_step: int | None = None) -> Gains:
+    """The run's gains from its evaluation points (the latest of each stage; the RL stage at
+    `rl_step` when given: the checkpoint chosen on validation)."""
 
     def stage(chosen: list[EvalPoint]) -> Stage | None:
         return pooled(chosen) if chosen else None
@@ -149,7 +170,11 @@ def account(evals: Sequence[EvalPoint]) -> Gains:
 
     base = stage(latest([p for p in evals if p.step == 0 and p.phase == BEFORE]))
     warm = stage(latest([p for p in evals if p.step == 0 and p.phase == WARM_START]))
-    rl = stage(latest([p for p in evals if p.step > 0]))
+    rl = stage(
+        latest([p for p in evals if p.step > 0])
+        if rl_step is None
+        else [p for p in evals if p.step == rl_step]
+    )
     start = warm if warm is not None else base
     infra = sum(s.infra_failed for s in (base, warm, rl) if s is not None)
     if rl is None or start is None or rl.success is None or start.success is None:

@@ -10,7 +10,11 @@ left out (`honing.trainer.sources.heldout_sets`); each is played with the three 
 `honing eval`, its point appended to the run's evals.jsonl, the event log and the sinks. A run
 with a `team:` plays them as that team (what it trains), the tiers counting the executor's steps
 that stand; each role's episodes are logged, and the team's figures (`eval/<set>/team/*`).
-Not covered: when to evaluate (the loop decides), the accounting of gains (`trainer.gains`).
+The validation sets (`validation:`) are played the same way by a `HeldOut(..., validation=True)`:
+their points go to `state.validation`, validation.jsonl, `validation` events and the sinks'
+`validation/<set>/*`; settings and `checkpoint.keep_best` choose by them, never by the held-out
+sets. Not covered: when to evaluate (the loop decides), the accounting of gains
+(`trainer.gains`).
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ from honing.sandbox import SandboxPool
 from honing.tasks.synthetic import UNSEEN_TAG
 from honing.trainer.gains import tag_scores
 from honing.trainer.run_config import TrainConfig
-from honing.trainer.run_dir import EvalPoint, RunDir
-from honing.trainer.sources import heldout_sets
+from honing.trainer.run_dir import EVALS_FILE, VALIDATION_FILE, EvalPoint, RunDir
+from honing.trainer.sources import heldout_sets, validation_sets
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +68,7 @@ class History(Protocol):
 
     step: int
     evals: list[EvalPoint]
+    validation: list[EvalPoint]
     forgetting: list[Forgetting]
 
 
@@ -104,31 +109,36 @@ class HeldOut:
         sinks: Sequence[MetricSink] = (),
         progress: RunProgress | None = None,
         on_eval: Callable[[EvalPoint], None] | None = None,
+        validation: bool = False,
     ) -> None:
         self.config, self.run, self.pool = config, run, pool
         self.sinks, self.progress, self.on_eval = sinks, progress, on_eval
-        self.sets = heldout_sets(config)  # unseen: nothing trained on asks their tasks
+        self.validation = validation
+        # unseen: nothing trained on asks their tasks (nor, for validation, a held-out set)
+        self.sets = validation_sets(config) if validation else heldout_sets(config)
+        self.kind = "validation" if validation else "eval"  # the event, the sinks' prefix
 
     def __bool__(self) -> bool:
         return bool(self.sets)
 
     async def evaluate(self, engine: Engine, phase: str, state: History) -> list[EvalPoint]:
         """Every held-out set, now (after `state.step` updates); recorded in `state.evals`, the
-        run's evals.jsonl, the event log and the sinks."""
+        run's evals.jsonl, the event log and the sinks (validation sets: `state.validation`,
+        validation.jsonl)."""
         cfg = self.config
         agent = cfg.agent_config(cfg.eval.temperature, cfg.seed)
         step = state.step
         points = []
         for name, taskset in self.sets.items():
             total = len(taskset.tasks) * cfg.eval.k
-            log.info("eval %s (%s): %d episodes", name, phase, total)
+            log.info("%s %s (%s): %d episodes", self.kind, name, phase, total)
 
             def logged(trajectory: Trajectory, set_name: str = name) -> None:
                 for t in [trajectory, *trajectory.partners]:  # a team's: every role's
-                    fields = episode_fields(t, split="eval", set=set_name, staleness=None)
+                    fields = episode_fields(t, split=self.kind, set=set_name, staleness=None)
                     emit("episode", step, **fields)
 
-            progress = _EvalProgress(name, total, self.progress)
+            progress = _EvalProgress(f"{self.kind} {name}", total, self.progress)
             player: EnginePlayer | TeamPlayer
             if cfg.team is None:
                 player = EnginePlayer(engine, agent, name=f"step {step}", on_trajectory=logged)
@@ -164,8 +174,9 @@ class HeldOut:
             )
             unseen = point.by_tag.get(UNSEEN_TAG)
             log.info(
-                "eval %s (%s): success %s (%d/%d; infra failures %d)%s, well-formed actions %s, "
+                "%s %s (%s): success %s (%d/%d; infra failures %d)%s, well-formed actions %s, "
                 "risky episodes %s (%d), %.1f steps per episode, in %.0f s",
+                self.kind,
                 name,
                 phase,
                 percent(e2e.success_rate),
@@ -183,18 +194,19 @@ class HeldOut:
                 report.elapsed_s,
             )
             points.append(point)
-            state.evals.append(point)
-            self.run.append_eval(point)
-            emit("eval", step, **point.model_dump(mode="json", exclude={"step", "outcomes"}))
-            scalars = eval_scalars(name, point.success, point.well_formed, point.risk_rate)
+            (state.validation if self.validation else state.evals).append(point)
+            self.run.append_eval(point, VALIDATION_FILE if self.validation else EVALS_FILE)
+            emit(self.kind, step, **point.model_dump(mode="json", exclude={"step", "outcomes"}))
+            scalars = eval_scalars(name, point.success, point.well_formed, point.risk_rate,
+                                   prefix=self.kind)  # fmt: skip
             if isinstance(player, TeamPlayer):
-                team = team_scalars(player.trajectories, prefix=f"eval/{name}/team")
-                log.info("eval %s (%s): team %s", name, phase,
+                team = team_scalars(player.trajectories, prefix=f"{self.kind}/{name}/team")
+                log.info("%s %s (%s): team %s", self.kind, name, phase,
                          ", ".join(f"{k.rsplit('/team/', 1)[1]} {v:.3g}"
                                    for k, v in team.items()) or "not judged")  # fmt: skip
                 scalars.update(team)
             log_to(self.sinks, step, scalars)
-            if self.on_eval is not None:
+            if self.on_eval is not None and not self.validation:
                 self.on_eval(point)
         return points
 

@@ -63,11 +63,13 @@ from honing.store import TrajectoryWriter
 from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.checkpoint import load_checkpoint, save_checkpoint
 from honing.trainer.curriculum import Curriculum, TaskRecord, task_key
-from honing.trainer.heldout import Forgetting, HeldOut
+from honing.trainer.gains import best_by_validation, pooled
+from honing.trainer.heldout import Forgetting, HeldOut, percent
 from honing.trainer.learner import Learner, LearnerStats, MatchReport
 from honing.trainer.overlap import Ahead, Batch
 from honing.trainer.precision import RunPrecision, decide, startup_check
 from honing.trainer.result import (
+    ChosenCheckpoint,
     TrainResult,
     finish_run,
     publish_update,
@@ -104,6 +106,7 @@ class LoopState(BaseModel):
     cursors: dict[str, tuple[int, int]] = Field(default_factory=dict)  # source -> (epoch, pos)
     store_rows: int = 0
     evals: list[EvalPoint] = Field(default_factory=list)
+    validation: list[EvalPoint] = Field(default_factory=list)  # the validation sets' points
     forgetting: list[Forgetting] = Field(default_factory=list)
     elapsed_s: float = 0.0  # wall time of the run before this process
     risk_multiplier: float | None = None  # risk mode constrained: the Lagrange multiplier
@@ -167,17 +170,19 @@ async def train(
                 emit("sandbox_start", at, **pool.enforcement.to_json_dict())
                 heldout = HeldOut(config, run, pool, sinks=sinks, progress=progress,
                                   on_eval=on_eval)  # fmt: skip
+                validation = HeldOut(config, run, pool, sinks=sinks, progress=progress,
+                                     validation=True)  # fmt: skip
                 train_sets = {n: load_source(n, s) for n, s in config.train.items()}
                 state, fresh = LoopState(), checkpoint is None
                 if serves_from_files(engine):  # a server: make it serve the starting model
                     await serve_model(engine, config.model)
-                if fresh and config.eval.before and heldout:
-                    await heldout.evaluate(engine, BEFORE, state)
+                if fresh and config.eval.before:
+                    await _evaluate(engine, BEFORE, state, heldout, validation)
                 model_path = config.model
                 if config.warm_start is not None:
                     model_path, engine = await _warm_start(config, run, engine, own_engine)
-                    if fresh and config.eval.after_warm_start and heldout:
-                        await heldout.evaluate(engine, WARM_START, state)
+                    if fresh and config.eval.after_warm_start:
+                        await _evaluate(engine, WARM_START, state, heldout, validation)
                 torch.manual_seed(config.seed)  # the adapter's initialisation
                 random.seed(config.seed)
                 learner = ranks.make_learner(model_path, config.learner_config, config.seed)
@@ -196,7 +201,7 @@ async def train(
                 trainer = Trainer(config, run, engine, pool, learner, state, heldout, train_sets,
                                   started=started, precision=precision, sinks=sinks,
                                   progress=progress, on_step=on_step, roles=roles,
-                                  remote_envs=remote)  # fmt: skip
+                                  remote_envs=remote, validation=validation)  # fmt: skip
                 return await trainer.run()
         finally:
             if own_engine:
@@ -275,8 +280,10 @@ class Trainer:
         on_step: Callable[[UpdateRecord], None] | None = None,
         roles: dict[str, Learner] | None = None,
         remote_envs: RayEnvWorkers | None = None,
+        validation: HeldOut | None = None,
     ) -> None:
         self.config, self.rundir = config, run
+        self.validation = validation  # the validation sets (evaluated with the held-out ones)
         # backend ray: the training episodes' sandboxes are actors (held-out plays in `pool`)
         self.remote_envs = remote_envs
         self.roles = roles or {}  # a team's other roles' learners (per-role adapters)
@@ -352,17 +359,21 @@ class Trainer:
                     self.on_step(report)
                 done = self.state.step
                 phase_end = done == sum(p.steps for p in cfg.schedule[: index + 1])
-                if self.heldout and (done % cfg.eval.every == 0 or phase_end or done == total):
-                    points = await self.heldout.evaluate(self.engine, phase.name, self.state)
+                best = False
+                if done % cfg.eval.every == 0 or phase_end or done == total:
+                    points = await _evaluate(self.engine, phase.name, self.state, self.heldout,
+                                             self.validation)  # fmt: skip
                     if phase_end:
                         self.heldout.check_forgetting(phase.name, points, self.state)
-                if done % cfg.checkpoint.every == 0 or done == total:
+                    best = self._new_best()
+                if done % cfg.checkpoint.every == 0 or done == total or best:
                     self._activity("checkpoint")
                     self.checkpoint()
         trained = "distilled" if cfg.learner.advantage == "distill" else "RL"
+        chosen = self.chosen()
         result = TrainResult.of(self.rundir.path, self.state.step, self.state.evals,
                                 self.state.forgetting, self.elapsed(), self.precision,
-                                self.match, trained)  # fmt: skip
+                                self.match, trained, chosen=chosen)  # fmt: skip
         finish_run(result, cfg.name)
         self.rundir.push()  # config.remote: the finished run at its URL
         return result
@@ -581,6 +592,53 @@ class Trainer:
             min_well_formed=explore.min_well_formed,
         )  # fmt: skip
 
+    def _new_best(self) -> bool:
+        """checkpoint.keep_best: whether the update just evaluated is the best on validation so
+        far (then it is checkpointed now, and kept); said in the log and the event log."""
+        if not self.config.checkpoint.keep_best:
+            return False
+        best = best_by_validation(self.state.validation)
+        if best is None or best[0] != self.state.step:
+            return False
+        earlier = best_by_validation([p for p in self.state.validation if p.step < best[0]])
+        previous = "none" if earlier is None else f"update {earlier[0]}, {percent(earlier[1])}"
+        log.info("best on validation so far: update %d, %s (before: %s): checkpointed and kept",
+                 best[0], percent(best[1]), previous)  # fmt: skip
+        emit("best", best[0], validation=best[1], previous=previous)
+        return True
+
+    def chosen(self) -> ChosenCheckpoint | None:
+        """checkpoint.keep_best: the update the run exports (best on validation), and a warning
+        when no update beat the warm start (or the base model) there; None when it is off."""
+        if not self.config.checkpoint.keep_best:
+            return None
+        best = best_by_validation(self.state.validation)
+        if best is None:
+            log.warning("checkpoint.keep_best: no update was judged on validation; the latest "
+                        "checkpoint stands")  # fmt: skip
+            return None
+        start = [p for p in self.state.validation if p.step == 0]
+        start_phase = WARM_START if any(p.phase == WARM_START for p in start) else BEFORE
+        start_stage = pooled([p for p in start if p.phase == start_phase]) if start else None
+        chosen = ChosenCheckpoint(
+            step=best[0],
+            validation=best[1],
+            last=self.state.step,
+            start=None if start_stage is None else start_stage.success,
+        )
+        if chosen.start is not None and chosen.start >= chosen.validation:
+            warm = start_phase == WARM_START
+            start_name = "warm start" if warm else "base model"
+            message = (
+                f"no update beat the {start_name} on validation ({percent(chosen.start)}; the "
+                f"best update, {chosen.step}, made {percent(chosen.validation)}): the "
+                f"{start_name} is the better model there "
+                f"({self.rundir.warm_model() if warm else self.config.model})"
+            )
+            log.warning("%s", message)
+            emit("warning", self.state.step, message=message)
+        return chosen
+
     def _activity(self, text: str) -> None:
         if self.progress is not None:
             self.progress.activity(text)
@@ -595,15 +653,27 @@ class Trainer:
             update["cursors"] = self.ahead.replay_cursors(self.state.cursors)
         state = self.state.model_copy(update=update)
         keep = self.config.checkpoint.keep
+        keep_best = self.config.checkpoint.keep_best
+        best = best_by_validation(self.state.validation) if keep_best else None
         path = save_checkpoint(self.rundir.path, self.state.step, self.learner,
-                               state.model_dump(mode="json"), keep=keep,
-                               roles=self.roles)  # fmt: skip
+                               state.model_dump(mode="json"), keep=keep, roles=self.roles,
+                               protect=None if best is None else best[0])  # fmt: skip
         seconds = time.perf_counter() - started
         emit("checkpoint", self.state.step, path=str(path), seconds=seconds)
         self.rundir.push()  # config.remote: the logs, then the checkpoint, committed last
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+async def _evaluate(
+    engine: Engine, phase: str, state: LoopState, heldout: HeldOut, validation: HeldOut | None
+) -> list[EvalPoint]:
+    """The held-out sets now, then the validation sets; the held-out points."""
+    points = await heldout.evaluate(engine, phase, state) if heldout else []
+    if validation:
+        await validation.evaluate(engine, phase, state)
+    return points
 
 
 def _role_learners(config: TrainConfig, model_path: str) -> dict[str, Learner]:
@@ -680,6 +750,6 @@ def _checkpoint_step(checkpoint: Path) -> int:
 
 def _rewind(run: RunDir, state: LoopState) -> None:
     """Cut the store and the logs back to the checkpoint (or to nothing)."""
-    dropped = run.rewind(state.step, state.store_rows, state.evals)
+    dropped = run.rewind(state.step, state.store_rows, state.evals, state.validation)
     if dropped:
         log.info("store: %d shard(s) written after the checkpoint removed", dropped)

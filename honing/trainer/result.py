@@ -142,6 +142,23 @@ def warn_update(record: UpdateRecord, signals: Sequence[Signal], stats: LearnerS
         emit("warning", record.step, message=warning)
 
 
+@dataclass(frozen=True)
+class ChosenCheckpoint:
+    """checkpoint.keep_best: the update the run exports, chosen on validation."""
+
+    step: int  # the update (its checkpoint is kept)
+    validation: float  # its validation success, pooled over the sets
+    last: int  # the run's last update
+    start: float | None = None  # the warm start's (or base model's) validation success
+
+    def describe(self) -> str:
+        """`exported: update 5 of 7, best on validation (64%)`."""
+        return (
+            f"exported: update {self.step} of {self.last}, best on validation "
+            f"({percent(self.validation)})"
+        )
+
+
 @dataclass
 class TrainResult:
     """The run's outcome: held-out success before and after, per set and pooled."""
@@ -156,6 +173,7 @@ class TrainResult:
     precision: RunPrecision | None = None
     match: MatchReport | None = None  # the start-up check: engine vs learner logprobs
     trained: str = "RL"  # the last stage's name in the line ("distilled": advantage distill)
+    chosen: ChosenCheckpoint | None = None  # keep_best: the update exported and reported
 
     @staticmethod
     def of(
@@ -167,10 +185,12 @@ class TrainResult:
         precision: RunPrecision | None,
         match: MatchReport | None,
         trained: str = "RL",
+        chosen: ChosenCheckpoint | None = None,
     ) -> TrainResult:
         """The result of a run with these evaluations: "before" is the evaluation before
-        training, "after" the last one (the latest step-0 one when no update was evaluated)."""
-        last = max((p.step for p in evals), default=0)
+        training, "after" the last one (the latest step-0 one when no update was evaluated), or
+        the one of the `chosen` update (keep_best)."""
+        last = max((p.step for p in evals), default=0) if chosen is None else chosen.step
         after = {p.set: p for p in evals if p.step == last}
         return TrainResult(
             run_dir=run_dir,
@@ -183,6 +203,7 @@ class TrainResult:
             precision=precision,
             match=match,
             trained=trained,
+            chosen=chosen,
         )
 
     @staticmethod
@@ -193,12 +214,14 @@ class TrainResult:
     @property
     def gains(self) -> Gains:
         """Base -> warm start -> RL, pooled over the held-out sets, with the RL gain's interval."""
-        return account(self.evals)
+        return account(self.evals, None if self.chosen is None else self.chosen.step)
 
     def line(self, name: str) -> str:
         """`NAME: held-out success base X% → warm start W% → RL Y% (RL +Z pts, 95% CI a..b;
-        n=N; infra failures F) in M min` (honing.trainer.gains)."""
-        return self.gains.line(name, self.elapsed_s / 60, self.trained)
+        n=N; infra failures F) in M min` (honing.trainer.gains), then `; exported: update K of
+        N, best on validation (V%)` when the checkpoint was chosen on validation."""
+        line = self.gains.line(name, self.elapsed_s / 60, self.trained)
+        return line if self.chosen is None else f"{line}; {self.chosen.describe()}"
 
 
 def result_json(result: TrainResult, name: str) -> dict[str, Any]:
@@ -218,6 +241,7 @@ def result_json(result: TrainResult, name: str) -> dict[str, Any]:
         "before": {k: point(v) for k, v in result.before.items()},
         "after": {k: point(v) for k, v in result.after.items()},
         "forgetting": [f.model_dump(mode="json") for f in result.forgetting],
+        "exported": None if result.chosen is None else asdict(result.chosen),
         "precision": None if result.precision is None else result.precision.model_dump(),
         "logprob_check": None if result.match is None else asdict(result.match),
     }
@@ -236,4 +260,5 @@ def finish_run(result: TrainResult, name: str) -> None:
         heldout_after=TrainResult.pooled(result.after),
         gains=record["gains"],
         line=record["line"],
+        exported_step=result.steps if result.chosen is None else result.chosen.step,
     )

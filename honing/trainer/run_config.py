@@ -183,6 +183,13 @@ class EvalSettings(StrictModel):
 class CheckpointSettings(StrictModel):
     every: int = Field(5, ge=1, description="Checkpoint every this many updates (and at the end).")
     keep: int = Field(2, ge=1, description="Checkpoints kept; older ones are deleted.")
+    keep_best: bool = Field(
+        False,
+        description="Keep the checkpoint with the best validation success (pooled over the "
+        "validation sets, at each evaluation after an update; the earliest on a tie) beside "
+        "the newest `keep`: `honing export` exports it by default, and the run's result line "
+        "reports its held-out figure. Needs validation sets.",
+    )
 
 
 class WarmStart(StrictModel):
@@ -273,6 +280,12 @@ class TrainConfig(StrictModel):
     heldout: dict[str, TaskSource] = Field(
         default_factory=dict, description="Named held-out sets (never trained on)."
     )
+    validation: dict[str, TaskSource] = Field(
+        default_factory=dict,
+        description="Named validation sets, evaluated with the held-out ones: what settings and "
+        "checkpoint.keep_best choose by, so that the held-out figure is never chosen on. Their "
+        "tasks are never trained on, and none a held-out set asks is kept.",
+    )
     phases: list[Phase] = Field(
         default_factory=list, description="Sources by phase; empty: one phase over every source."
     )
@@ -342,6 +355,13 @@ class TrainConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
+        if self.checkpoint.keep_best and not self.validation:
+            raise ValueError(
+                "checkpoint.keep_best keeps the checkpoint that does best on validation, and the "
+                "run has no validation sets: add one (e.g. validation: {math: {tasks: "
+                "synthetic-math, count: 64, seed: 14}}), or drop keep_best. The held-out sets "
+                "are never used to choose"
+            )
         for phase in self.phases:
             unknown = [name for name in phase.train if name not in self.train]
             if unknown:

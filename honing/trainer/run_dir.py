@@ -8,7 +8,8 @@ their one serialiser, and what is done to the directory as a whole. Importing it
     run.push()                             # to config.remote's URL, when set (trainer.remote)
 
 Layout: config.yaml (the resolved TrainConfig), metrics.jsonl (an UpdateRecord per update),
-evals.jsonl (an EvalPoint per held-out evaluation), events.jsonl (honing.observe.events),
+evals.jsonl (an EvalPoint per held-out evaluation), validation.jsonl (the same, of the
+validation sets), events.jsonl (honing.observe.events),
 result.json (the final summary), trajectories/ (honing.store), checkpoints/
 (honing.trainer.checkpoint), tensorboard/ (the metric sinks), weights/ (staged for a server
 engine), warm_start/ (done.json and the model), report.html (`honing report`).
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 EVALS_FILE = "evals.jsonl"
+VALIDATION_FILE = "validation.jsonl"  # the validation sets' points (run_config `validation`)
 EVENTS_FILE = "events.jsonl"
 RESULT_FILE = "result.json"
 STORE_DIR = "trajectories"
@@ -45,7 +47,7 @@ WEIGHTS_DIR = "weights"  # staged weights a server engine loads (engine.url)
 WARM_DIR = "warm_start"
 DONE_FILE = "done.json"  # in WARM_DIR: the warm start finished
 REPORT_FILE = "report.html"
-RUN_FILES = (CONFIG_FILE, EVENTS_FILE, METRICS_FILE, EVALS_FILE, RESULT_FILE)
+RUN_FILES = (CONFIG_FILE, EVENTS_FILE, METRICS_FILE, EVALS_FILE, VALIDATION_FILE, RESULT_FILE)
 
 BEFORE = "before"  # EvalPoint.phase of the evaluation before training
 WARM_START = "warm start"  # ... and of the one after the warm start
@@ -336,9 +338,10 @@ class RunDir:
     def updates(self) -> list[UpdateRecord]:
         return [UpdateRecord.from_json(r) for r in read_jsonl(self.path / METRICS_FILE)]
 
-    def evals(self) -> list[EvalPoint]:
-        """evals.jsonl's points, each validated (an error names the file and line)."""
-        path = self.path / EVALS_FILE
+    def evals(self, file: str = EVALS_FILE) -> list[EvalPoint]:
+        """evals.jsonl's points (`file`: validation.jsonl's), each validated (an error names the
+        file and line)."""
+        path = self.path / file
         return [
             validate_model(EvalPoint, record, source=f"{path}:{number}")
             for number, record in enumerate(read_jsonl(path), 1)
@@ -347,22 +350,30 @@ class RunDir:
     def append_update(self, record: UpdateRecord) -> None:
         append_json(self.path / METRICS_FILE, record.to_json())
 
-    def append_eval(self, point: EvalPoint) -> None:
-        append_json(self.path / EVALS_FILE, point.model_dump(mode="json"))
+    def append_eval(self, point: EvalPoint, file: str = EVALS_FILE) -> None:
+        append_json(self.path / file, point.model_dump(mode="json"))
 
-    def rewind(self, step: int, store_rows: int, evals: list[EvalPoint]) -> int:
+    def rewind(
+        self,
+        step: int,
+        store_rows: int,
+        evals: list[EvalPoint],
+        validation: list[EvalPoint] | None = None,
+    ) -> int:
         """Cut the store and the logs back to a checkpoint at `step` (or to nothing): the store
-        to its first `store_rows` rows, metrics.jsonl to `step`, evals.jsonl to `evals`. Returns
-        the number of store shards removed. (events.jsonl: honing.observe.events.)"""
+        to its first `store_rows` rows, metrics.jsonl to `step`, evals.jsonl to `evals` and
+        validation.jsonl to `validation`. Returns the number of store shards removed.
+        (events.jsonl: honing.observe.events.)"""
         from honing.store import rewind
 
         dropped = rewind(self.path, store_rows) if (self.path / STORE_DIR).is_dir() else 0
         truncate_log(self.path / METRICS_FILE, step)
-        kept = {(p.step, p.phase, p.set) for p in evals}
-        path = self.path / EVALS_FILE
-        if path.exists():
-            lines = [line for line in path.read_text().splitlines() if _eval_key(line) in kept]
-            path.write_text("".join(f"{line}\n" for line in lines))
+        for file, points in ((EVALS_FILE, evals), (VALIDATION_FILE, validation or [])):
+            kept = {(p.step, p.phase, p.set) for p in points}
+            path = self.path / file
+            if path.exists():
+                lines = [line for line in path.read_text().splitlines() if _eval_key(line) in kept]
+                path.write_text("".join(f"{line}\n" for line in lines))
         self.push()  # the URL rewound too: nothing of the abandoned history stays there
         return dropped
 

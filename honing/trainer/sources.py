@@ -4,6 +4,7 @@
     load_source(name, source, heldout=True)   -> a held-out set (math, sql: unseen wordings)
     without_overlap(heldout, [train, ...], chats)   -> the held-out tasks nothing trained on asks
     heldout_sets(config)   -> a run's held-out sets as `honing train` evaluates them
+    validation_sets(config)   -> its validation sets (held-out tasks left out too)
     TaskMixer(sets, weights, seed).draw(step, names, count, cursors)   -> an update's tasks
     TaskMixer(...).draw(step, names, count, cursors, curriculum)   -> too easy/hard ones deferred
 
@@ -93,6 +94,20 @@ def heldout_sets(config: TrainConfig, limit: int | None = None) -> dict[str, Tas
     """The run's held-out sets as `honing train` evaluates them: tasks that training or the warm
     start (its traces, or the user messages of its chat data) asks are left out; the first
     `limit` tasks of each when given."""
+    seen, chats = _trained_on(config)
+    return _unseen(config.heldout, seen, chats, limit)
+
+
+def validation_sets(config: TrainConfig, limit: int | None = None) -> dict[str, TaskSet]:
+    """The run's validation sets as `honing train` evaluates them: as `heldout_sets`, and the
+    tasks a held-out set asks are left out too (nothing is chosen on the held-out tasks)."""
+    seen, chats = _trained_on(config)
+    heldout = list(heldout_sets(config).values())
+    return _unseen(config.validation, [*seen, *heldout], chats, limit)
+
+
+def _trained_on(config: TrainConfig) -> tuple[list[TaskSet], list[str]]:
+    """The task sets training and the warm start ask, and the user messages of its chat data."""
     seen = [load_source(n, s) for n, s in config.train.items()]
     chats: list[str] = []
     warm = config.warm_start
@@ -103,8 +118,14 @@ def heldout_sets(config: TrainConfig, limit: int | None = None) -> dict[str, Tas
 
         examples = load_chat_data(str(warm.data))
         chats = [m.content for e in examples for m in e.messages if m.role == "user"]
+    return seen, chats
+
+
+def _unseen(
+    sources: dict[str, TaskSource], seen: list[TaskSet], chats: list[str], limit: int | None
+) -> dict[str, TaskSet]:
     sets = {}
-    for name, source in config.heldout.items():
+    for name, source in sources.items():
         taskset = without_overlap(load_source(name, source, heldout=True), seen, chats)
         if limit is not None:
             taskset.tasks = taskset.tasks[:limit]

@@ -74,8 +74,10 @@ def test_a_killed_and_resumed_run_logs_every_event_once_and_tensorboard_has_ever
 
     events = read_events(run / "events.jsonl")
     # every kind but `alert`, which only a planted condition raises (tests/observe/test_alerts.py),
-    # and `retry`, which only a lost worker does (tests/trainer/test_train_ray.py)
-    assert set(KINDS) - {"alert", "retry"} <= {e.kind for e in events} <= set(KINDS)
+    # `retry`, which only a lost worker does (tests/trainer/test_train_ray.py), and `validation`
+    # and `best`, which only validation sets do (tests/trainer/test_loop.py, keep_best)
+    rare = {"alert", "retry", "validation", "best"}
+    assert set(KINDS) - rare <= {e.kind for e in events} <= set(KINDS)
     by_kind: dict[str, list[Any]] = {k: [e for e in events if e.kind == k] for k in KINDS}
     starts = by_kind["run_start"]
     assert [(e.step, e.data["resumed"]) for e in starts] == [(0, False), (2, True)]

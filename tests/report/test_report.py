@@ -510,3 +510,11 @@ def test_a_finished_runs_headline_gives_its_accounting_with_n_and_interval(
         "Held-out success base 0% → warm start 50% → RL 81% over 0 updates in 9.0 min: RL +31 "
         "pts (95% CI +22..+40; n=128; infra failures 1); the warm start gave +50 pts."
     )
+    exported = {"step": 12, "validation": 0.703, "last": 20, "start": 0.5}
+    (run / "result.json").write_text(
+        json.dumps({"steps": 20, "elapsed_s": 540.0, "gains": gains, "exported": exported})
+    )
+    assert headline(load_run(run)).endswith(
+        "the warm start gave +50 pts. The RL figure is update 12's of 20: the best on validation "
+        "(70%), the checkpoint `honing export` takes by default."
+    )

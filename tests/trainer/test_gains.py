@@ -4,7 +4,7 @@ interval over the same episodes, n and infrastructure failures; expected values 
 from __future__ import annotations
 
 from honing.eval.stats import difference_interval, difference_interval_counts
-from honing.trainer.gains import account
+from honing.trainer.gains import account, best_by_validation
 from honing.trainer.run_dir import BEFORE, WARM_START, EvalPoint
 
 
@@ -94,3 +94,23 @@ def test_a_run_evaluated_only_after_rl_says_what_is_missing() -> None:
         "q: held-out success RL 75% (no evaluation before RL to compare with; infra failures 0) "
         "in 1.0 min"
     )
+
+
+def test_the_best_update_on_validation_is_pooled_over_sets_and_the_earliest_on_a_tie() -> None:
+    points = [
+        point(0, WARM_START, [True, True, True, True]),  # the start is no candidate
+        point(2, "main", [True, False], set="a"), point(2, "main", [True, True], set="b"),
+        point(4, "main", [True, True], set="a"), point(4, "main", [True, False], set="b"),
+        point(6, "main", [True, False], set="a"), point(6, "main", [False, False], set="b"),
+    ]  # fmt: skip
+    assert best_by_validation(points) == (2, 0.75)  # 3/4 at 2 and at 4: the earlier
+    assert best_by_validation(points[:1]) is None
+    assert best_by_validation([point(2, "m", [True], infra=1, outcomes=False)]) == (2, 1.0)
+
+
+def test_the_rl_stage_can_be_the_update_chosen_on_validation() -> None:
+    evals = [point(0, WARM_START, WARM), point(2, "main", RL), point(4, "main", BASE)]
+    assert account(evals).rl is not None and account(evals).rl.step == 4  # the latest
+    chosen = account(evals, rl_step=2)
+    assert chosen.rl is not None and chosen.rl.step == 2
+    assert chosen.rl_gain == 3 / 4 - 2 / 4

@@ -249,3 +249,44 @@ def test_a_second_run_into_the_same_directory_is_refused(
     cfg = TrainConfig.model_validate(config(tmp_path, tiny_model_dir, run))
     with pytest.raises(ConfigError, match="--resume"):
         asyncio.run(train(cfg))
+
+
+def test_keep_best_keeps_and_exports_the_update_best_on_validation(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Additions come out wrong after update 2, so validation peaks at update 1 or 2 and falls to
+    0: keep_best keeps that checkpoint beside the newest (keep 1), the result reports the
+    held-out figure of it, and `honing export` takes it by default. Checked by hand: with
+    `_new_best` returning False the peak is never checkpointed and the test fails."""
+    from honing.export.model import find_run
+
+    run = tmp_path / "best"
+    cfg = config(tmp_path, tiny_model_dir, run, steps=4)
+    cfg["validation"] = {"add": {"tasks": str(tasks_file(tmp_path / "val.jsonl", "+", 80, 6))}}
+    cfg["eval"] = {"every": 1}
+    cfg["checkpoint"] = {"every": 4, "keep": 1, "keep_best": True}
+    cfg["deterministic"] = False
+    cfg["test"] = {"forget_after": 2}
+    done = run_child(cfg, tmp_path / "c.json")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    validation = lines(run / "validation.jsonl")
+    success: dict[int, float] = {}
+    for step in sorted({p["step"] for p in validation}):
+        points = [p for p in validation if p["step"] == step]
+        success[step] = sum(p["passed"] for p in points) / sum(p["total"] for p in points)
+    assert sorted(success) == [0, 1, 2, 3, 4]  # before and after every update
+    assert success[3] == success[4] == 0.0
+    best = max((s for s in success if s > 0), key=lambda s: (success[s], -s))
+    assert best in (1, 2) and success[best] > 0
+    assert {e["set"] for e in lines(run / "evals.jsonl")} == {"add"}  # held-out apart
+
+    result = json.loads((run / "result.json").read_text())
+    assert result["exported"]["step"] == best and result["exported"]["last"] == 4
+    assert result["gains"]["rl"]["step"] == best  # the held-out figure of that update
+    assert f"exported: update {best} of 4, best on validation" in result["line"]
+    kept = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step-"))
+    assert kept == [f"step-{best:08d}", "step-00000004"]
+    assert find_run(run).step == best
+    assert find_run(run, step=4).step == 4
+    assert "best on validation so far: update" in done.stderr

@@ -18,7 +18,7 @@ from honing.tasks.schema import MathTask
 from honing.tasks.synthetic import UNSEEN_TAG, generate_math_tasks
 from honing.trainer.gains import tag_scores
 from honing.trainer.run_config import TaskSource, TrainConfig
-from honing.trainer.sources import heldout_sets, load_source
+from honing.trainer.sources import heldout_sets, load_source, validation_sets
 
 
 @pytest.mark.parametrize("tasks", ["synthetic-math", "synthetic-sql"])
@@ -130,6 +130,25 @@ def test_heldout_sets_leave_out_what_training_and_the_warm_start_ask(
     assert [t.id for t in sets["math"].tasks] == ["h3"]
     assert "2 task(s) also asked in training or the warm start" in caplog.text
     assert [t.id for t in heldout_sets(config(tmp_path), limit=1)["math"].tasks] == ["h2"]
+
+
+def test_validation_sets_leave_out_what_training_and_the_heldout_sets_ask(tmp_path: Path) -> None:
+    validation = tasks_file(
+        tmp_path / "validation.jsonl",
+        [
+            ("v1", "Add 30 and 12.", 42, "30 + 12"),  # training's problem
+            ("v2", "Take 8 from 50.", 42, "50 - 8"),  # held-out h3's problem, other words
+            ("v3", "What is 9 times 4?", 36, "9 * 4"),  # unseen
+        ],
+    )
+    cfg = config(tmp_path, validation={"math": {"tasks": validation}})
+    assert [t.id for t in validation_sets(cfg)["math"].tasks] == ["v3"]
+    assert [t.id for t in heldout_sets(cfg)["math"].tasks] == ["h2", "h3"]  # unchanged by it
+
+
+def test_keep_best_without_validation_sets_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="no validation sets: add one"):
+        config(tmp_path, checkpoint={"keep_best": True})
 
 
 def test_a_heldout_set_that_training_covers_entirely_is_an_error(tmp_path: Path) -> None:
