@@ -3,11 +3,12 @@
 What is compared
 ----------------
 Held-out success gained by each framework in the same wall-clock budget (`--budget-min`, 8 by
-default), one side after the other in this process, on the same torch threads:
+default), one side after the other in this process, on the same torch threads, and how soon
+honing reaches trl's final gain (a fixed budget alone hides speed: both sides saturate):
 
 * the start: the quickstart's warm start (`examples/quickstart.yaml`: SFT on 32 calculator traces,
   `honing.trainer.warm.warm_start`), run once into `OUT/start-seedS` and reused; both sides train
-  it, both results are evaluated against it;
+  it, every model of both is evaluated against it;
 * the tasks: the quickstart's 512 synthetic-math training tasks, update k of either side on the
   same 8 (honing's `TaskMixer` order at the seed; trl's dataset in that order, unshuffled); the
   episode: honing's math environment (calculator, answer; up to 2 model turns of up to 44 tokens
@@ -22,7 +23,8 @@ How each side trains
 --------------------
 * honing: `honing.trainer.loop.train` with the quickstart's settings, `model:` the warm start, no
   warm_start section, no held-out sets (evaluation is done here, afterwards), a checkpoint after
-  every update; its defaults stand (process rewards at weight 0.5, dynamic sampling, clip 0.2/0.28).
+  every update, all kept; its defaults stand (process rewards at weight 0.5, dynamic sampling,
+  clip 0.2/0.28).
 * trl 1.16, multi-turn through its own tool API (`environment_factory`, experimental): the
   environment's methods `calculator` and `answer` step honing's math environment, and the final
   turn is played through it as honing's agent does. SmolLM2's chat template cannot render tool
@@ -51,19 +53,30 @@ The budget
 ----------
 It starts with each side's first update (model loading, sandbox start-up and the warm start are
 not counted) and is checked between updates: the update in flight when it runs out is finished,
-none starts after. honing is stopped by its progress hook raising between updates (after the
-checkpoint); its latest checkpoint is exported with `honing.export.export_run`. trl is stopped by
-a `TrainerCallback`; its adapter is merged and saved with honing's writer.
+none starts after. Each side keeps a model after every update, with the seconds into the budget
+at that update's end (those its step line prints). honing is stopped by its progress hook raising
+between updates (after the checkpoint); afterwards each checkpoint is exported with
+`honing.export.export_run` (LoRA merged, fp32) into `OUT/honing/steps/step-K`. trl is stopped by
+a `TrainerCallback`, which also saves its LoRA adapter after every update (in the budget, as
+honing's checkpoints are) into `OUT/trl/adapters/step-K`; afterwards each is merged into the
+start and written by honing's writer into `OUT/trl/steps/step-K`. Each such model is a full fp32
+directory (about 0.5 GB).
 
 Evaluation
 ----------
-The warm start and both results, each by `honing.eval.runner.evaluate` (an `EnginePlayer`) on
-the quickstart's held-out set (`--heldout N`: its first N tasks; the tasks any training set holds
-are left out, as `honing train` does) with the quickstart's agent, greedy. Per side: before,
-after, the paired 95% interval of the change, steps and episodes. Last line:
-`learning: same start, 8 min each; trl +X pts; honing +Y pts; held-out n=N`.
+The warm start and every update's model of both sides, after both runs, each by
+`honing.eval.runner.evaluate` (an `EnginePlayer`) on the quickstart's held-out set (`--heldout N`:
+its first N tasks; the tasks any training set holds are left out, as `honing train` does) with
+the quickstart's agent, greedy. The curve, a line per update: `curve trl step K: T.T min,
+held-out P% (+G pts)`, then honing's. Per side, for its last update's model: before, after, the
+paired 95% interval of the change, steps and episodes. X, Y: trl's and honing's final gains; M:
+the minutes into the budget at the end of honing's first update that gains at least X
+(`time_to_reach`); R: trl's time to the end of its last update / M. Last line: `learning: same
+start, 8 min each; trl +X pts; honing +Y pts; honing reached trl's +X in M min (R.Rx sooner);
+held-out n=N` (or `honing never reached trl's +X`). The goal: R >= 3.0 and Y >= X.
 
-Measured (2-core AMD EPYC, AVX2, float32, quiet; 25 min in all), the last lines; the held-out
+Measured before the curve existed (final models only, the old last line without the time to
+trl's gain; 2-core AMD EPYC, AVX2, float32, quiet; 25 min in all), the last lines; the held-out
 set words about half of its problems as training never does (`phrasing-unseen`):
 
     trl: before 49/128 (38%), after 79/128 (62%): +23 pts (95% CI +16..+31, paired on 128
@@ -75,11 +88,11 @@ set words about half of its problems as training never does (`phrasing-unseen`):
 
 honing runs 3x the updates (45-70 s against ~240 s each: trl's generation 100-120 s and update
 ~120 s) and gains 1.5x trl's points; trl also got the budget's overrun (its third update ended at
-11.1 min). The goal of 2x is not met. An earlier run (commit 3863ad7, held-out set without
-unseen wordings) measured trl +27, honing +24 with 11 updates: the quickstart's constant lr
-2e-3, chosen for 6 updates, had carried honing past its best. Run again after the engine's
-prefill stopped padding (same seed, same settings): trl +23 (3 steps, 10.8 min), honing +31
-(10 steps, 8.2 min; 89/128), honing - trl +8 (95% CI +1..+14): 1.35x.
+11.1 min). The goal then, 2x trl's points, is not met. An earlier run (commit 3863ad7, held-out
+set without unseen wordings) measured trl +27, honing +24 with 11 updates: the quickstart's
+constant lr 2e-3, chosen for 6 updates, had carried honing past its best. Run again after the
+engine's prefill stopped padding (same seed, same settings): trl +23 (3 steps, 10.8 min), honing
++31 (10 steps, 8.2 min; 89/128), honing - trl +8 (95% CI +1..+14): 1.35x.
 
 Not measured: GPUs, vLLM, several seeds (run it again with `--seed`). The machine may be shared:
 the budget is wall-clock, so a busy machine gives both sides fewer updates.
@@ -190,14 +203,39 @@ class Settings:
 
 
 @dataclass(frozen=True, slots=True)
+class Point:
+    """One side's model after one update, and when in the budget that update ended."""
+
+    step: int
+    seconds: float  # from the first update's start to this one's end
+    model_dir: Path
+
+
+@dataclass(frozen=True, slots=True)
 class SideResult:
-    """What one side's training did in the budget, and the model it left."""
+    """What one side's training did in the budget: the model after each update, in order."""
 
     name: str
-    model_dir: Path
-    steps: int
+    points: tuple[Point, ...]
     episodes: int
-    seconds: float  # from the first update's start to the last one's end
+
+    def __post_init__(self) -> None:
+        if not self.points:
+            raise RuntimeError(f"{self.name} took no step")
+
+    @property
+    def steps(self) -> int:
+        return len(self.points)
+
+    @property
+    def seconds(self) -> float:
+        """From the first update's start to the last one's end."""
+        return self.points[-1].seconds
+
+    @property
+    def model_dir(self) -> Path:
+        """The model the budget left: the last update's."""
+        return self.points[-1].model_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,10 +279,36 @@ def change(before: Score, after: Score) -> str:
     )
 
 
-def last_line(budget_min: float, trl: int, honing: int, n: int) -> str:
+def time_to_reach(curve: Sequence[tuple[float, int]], target_pts: int) -> float | None:
+    """The seconds of the first point of `curve` (seconds into the budget, held-out gain in
+    points; in update order) whose gain is at least `target_pts`; None when none is."""
+    return next((seconds for seconds, pts in curve if pts >= target_pts), None)
+
+
+def curve_line(side: str, point: Point, after: Score, pts: int) -> str:
+    """`curve trl step 2: 7.4 min, held-out 55% (+17 pts)`."""
+    return (
+        f"curve {side} step {point.step}: {point.seconds / 60:.1f} min, held-out "
+        f"{100 * after.success:.0f}% ({pts:+d} pts)"
+    )
+
+
+def last_line(
+    budget_min: float, *, trl: int, honing: int, reached_s: float | None, trl_s: float, n: int
+) -> str:
+    """The benchmark's verdict: each side's final gain, and when honing first reached trl's
+    (`reached_s`, from `time_to_reach`) against the time trl took to its own (`trl_s`)."""
+    reach = (
+        f"honing never reached trl's {trl:+d}"
+        if reached_s is None
+        else (
+            f"honing reached trl's {trl:+d} in {reached_s / 60:.1f} min "
+            f"({trl_s / reached_s:.1f}x sooner)"
+        )
+    )
     return (
         f"learning: same start, {budget_min:g} min each; trl {trl:+d} pts; honing {honing:+d} pts; "
-        f"held-out n={n}"
+        f"{reach}; held-out n={n}"
     )
 
 
@@ -460,8 +524,6 @@ def run_trl(settings: Settings, config: TrainConfig, start: Path, out: Path) -> 
     from trl.trainer.grpo_config import GRPOConfig
     from trl.trainer.grpo_trainer import GRPOTrainer
 
-    from honing.export.model import generation_config, write_model
-
     order = task_order(config, TRL_ROWS)
     tasks = {t.id: t for t in order}
     fmt = ChatFormat.of(load_tokenizer(start))
@@ -470,6 +532,12 @@ def run_trl(settings: Settings, config: TrainConfig, start: Path, out: Path) -> 
     group, per_step = config.n, config.groups_per_step * config.n
     outcomes: list[list[float]] = []
     generate_s: list[float] = []
+
+    def adapter_dir(step: int) -> Path:
+        return out / "adapters" / f"step-{step}"
+
+    def model_dir(step: int) -> Path:
+        return out / "steps" / f"step-{step}"
 
     with Sandbox(config.sandbox) as sandbox:
         prompts = {}
@@ -507,11 +575,14 @@ def run_trl(settings: Settings, config: TrainConfig, start: Path, out: Path) -> 
             return list(outcomes[-1])
 
         class Budget(TrainerCallback):
-            """Starts the clock at the first update; stops training once the budget is spent."""
+            """Starts the clock at the first update; after each, saves the LoRA adapter into
+            `OUT/adapters/step-K` and notes the seconds; stops training once the budget is
+            spent."""
 
             def __init__(self) -> None:
                 self.started: float | None = None
-                self.begun = self.ended = 0.0
+                self.begun = 0.0
+                self.ends: list[float] = []  # seconds into the budget at each update's end
                 self.steps = 0
 
             def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -521,7 +592,7 @@ def run_trl(settings: Settings, config: TrainConfig, start: Path, out: Path) -> 
 
             def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
                 assert self.started is not None
-                self.ended = time.monotonic()
+                ended = time.monotonic()
                 self.steps += 1
                 if len(outcomes) != self.steps or len(generate_s) != self.steps:
                     raise RuntimeError(
@@ -529,12 +600,16 @@ def run_trl(settings: Settings, config: TrainConfig, start: Path, out: Path) -> 
                         f"{len(outcomes)} reward calls so far; expected one of each per step"
                     )
                 batch = outcomes[-1]
-                elapsed = self.ended - self.started
+                elapsed = ended - self.started
                 split = (
                     f"generate+score {generate_s[-1]:.0f} s, "
-                    f"update {self.ended - self.begun - generate_s[-1]:.0f} s"
+                    f"update {ended - self.begun - generate_s[-1]:.0f} s"
                 )
                 show("trl", self.steps, elapsed, len(batch), sum(batch) / len(batch), split)
+                self.ends.append(elapsed)
+                # the adapter only (peft's layout, well under a megabyte): inside the budget,
+                # as honing's checkpoints are
+                kw["model"].save_pretrained(str(adapter_dir(self.steps)))
                 if elapsed >= settings.budget_s:
                     control.should_training_stop = True
 
@@ -602,15 +677,28 @@ def run_trl(settings: Settings, config: TrainConfig, start: Path, out: Path) -> 
         check_same_tokens(trainer, fmt, sandbox, order[0], rows[0], config)
         print("trl: the prompt and tool results are honing's tokens; training", flush=True)
         trainer.train()
-    if budget.started is None:
-        raise RuntimeError("trl took no step")
-    model = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
     trainer.accelerator.free_memory()  # its references to the model and optimiser
-    tokenizer = load_tokenizer(start)  # the warm start's own tokenizer and chat template
-    write_model(model, tokenizer, generation_config(start, tokenizer), out / "model", "fp32")
-    return SideResult(
-        "trl", out / "model", budget.steps, budget.steps * per_step, budget.ended - budget.started
+    saved = tuple(
+        Point(step, seconds, merge_adapter(start, adapter_dir(step), model_dir(step)))
+        for step, seconds in enumerate(budget.ends, start=1)
     )
+    return SideResult("trl", saved, budget.steps * per_step)
+
+
+def merge_adapter(start: Path, adapter: Path, dest: Path) -> Path:
+    """The start model with the LoRA adapter at `adapter` merged in, written into `dest` by
+    honing's writer (fp32, the warm start's own tokenizer and chat template). Its own directory:
+    transformers would load a directory that also holds `adapter_config.json` as an adapter."""
+    from peft import PeftModel
+
+    from honing.export.model import generation_config, write_model
+
+    model = PeftModel.from_pretrained(load_model(start, "float32"), str(adapter))
+    tokenizer = load_tokenizer(start)
+    write_model(
+        model.merge_and_unload(), tokenizer, generation_config(start, tokenizer), dest, "fp32"
+    )
+    return dest
 
 
 # ---- honing -----------------------------------------------------------------------------------
@@ -629,7 +717,6 @@ class BudgetClock(RunProgress):
         super().__init__(Console(stderr=True), quiet=True)
         self.budget_s = budget_s
         self.started: float | None = None
-        self.stopped = 0.0
 
     def activity(self, text: str) -> None:
         super().activity(text)
@@ -639,7 +726,6 @@ class BudgetClock(RunProgress):
         if self.started is None:
             self.started = now
         elif now - self.started >= self.budget_s:
-            self.stopped = now
             raise BudgetSpent
 
 
@@ -652,16 +738,18 @@ def run_honing(settings: Settings, config: TrainConfig, start: Path, out: Path) 
         out=str(out / "run"),
         steps=STEPS_CAP,
         heldout={},  # evaluated afterwards, by the same code as trl's result
-        checkpoint={"every": 1, "keep": 1},
+        checkpoint={"every": 1, "keep": STEPS_CAP},  # all of them: the curve
     )
     run_config = validate_model(TrainConfig, data, source="learning_vs_trl")
     clock = BudgetClock(settings.budget_s)
     reports: list[UpdateRecord] = []
+    ends: list[float] = []  # seconds into the budget at each update's end
 
     def on_step(report: UpdateRecord) -> None:
         reports.append(report)
         assert clock.started is not None
         elapsed = time.monotonic() - clock.started
+        ends.append(elapsed)
         split = (
             f"rollout {report.rollout_s:.0f} s, update+sync {report.update_s + report.sync_s:.0f} s"
         )
@@ -673,17 +761,14 @@ def run_honing(settings: Settings, config: TrainConfig, start: Path, out: Path) 
         pass
     else:
         raise RuntimeError(f"honing train ran all {STEPS_CAP} steps: the budget never stopped it")
-    exported = export_run(out / "run", out / "model", merge_lora=True, dtype="fp32")
-    if exported.step != len(reports):
-        raise RuntimeError(f"exported step {exported.step}, but {len(reports)} updates ran")
-    assert clock.started is not None
-    return SideResult(
-        "honing",
-        out / "model",
-        len(reports),
-        sum(r.episodes for r in reports),
-        clock.stopped - clock.started,
-    )
+    saved: list[Point] = []
+    for report, seconds in zip(reports, ends, strict=True):
+        dest = out / "steps" / f"step-{report.step}"
+        exported = export_run(out / "run", dest, step=report.step, merge_lora=True, dtype="fp32")
+        saved.append(Point(exported.step, seconds, dest))
+    if [p.step for p in saved] != list(range(1, len(reports) + 1)):
+        raise RuntimeError(f"updates {[p.step for p in saved]} ran; expected 1..{len(reports)}")
+    return SideResult("honing", tuple(saved), sum(r.episodes for r in reports))
 
 
 # ---- evaluation -------------------------------------------------------------------------------
@@ -750,24 +835,37 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in order:
         results[name] = sides[name](settings, config, start, run_dir / name)
         gc.collect()
-    scores = asyncio.run(
-        evaluate(config, heldout, {"before": start, **{n: r.model_dir for n, r in results.items()}})
-    )
+    models = {"before": start} | {
+        f"{name} step {p.step}": p.model_dir for name, r in results.items() for p in r.points
+    }
+    scores = asyncio.run(evaluate(config, heldout, models))
     before = scores["before"]
+    curves: dict[str, list[tuple[float, int]]] = {}
     for name in ("trl", "honing"):
-        r, after = results[name], scores[name]
+        curves[name] = []
+        for p in results[name].points:
+            after = scores[f"{name} step {p.step}"]
+            gain = points(before, after)
+            curves[name].append((p.seconds, gain))
+            print(curve_line(name, p, after, gain), flush=True)
+    finals = {name: scores[f"{name} step {r.steps}"] for name, r in results.items()}
+    for name in ("trl", "honing"):
+        r, after = results[name], finals[name]
         print(
             f"{name}: before {before}, after {after}: {change(before, after)}; {r.steps} steps, "
             f"{r.episodes} episodes in {r.seconds / 60:.1f} min",
             flush=True,
         )
-    print(f"honing - trl after: {change(scores['trl'], scores['honing'])}", flush=True)
+    print(f"honing - trl after: {change(finals['trl'], finals['honing'])}", flush=True)
+    trl_pts = points(before, finals["trl"])
     print(
         last_line(
             settings.budget_min,
-            points(before, scores["trl"]),
-            points(before, scores["honing"]),
-            before.total,
+            trl=trl_pts,
+            honing=points(before, finals["honing"]),
+            reached_s=time_to_reach(curves["honing"], trl_pts),
+            trl_s=results["trl"].seconds,
+            n=before.total,
         )
     )
 
