@@ -607,7 +607,7 @@ def run_trl(settings: Settings, config: TrainConfig, start: Path, out: Path) -> 
                 )
                 show("trl", self.steps, elapsed, len(batch), sum(batch) / len(batch), split)
                 self.ends.append(elapsed)
-                # the adapter only (peft's layout, well under a megabyte): inside the budget,
+                # the adapter only (peft's layout, about 3 MB): inside the budget,
                 # as honing's checkpoints are
                 kw["model"].save_pretrained(str(adapter_dir(self.steps)))
                 if elapsed >= settings.budget_s:
