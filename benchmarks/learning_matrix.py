@@ -10,13 +10,17 @@ directory named after it, so a recipe's runs are found and compared), run as a u
 at a time (each takes the cores). Read back from the run's result.json (honing.trainer.result):
 
     learning <recipe>: warm start W% → RL Y% (RL +Z pts, 95% CI a..b; n=N) in M min
+      <recipe> after the warm start: entropy E per token; groups with reward variance G/N
     learning_matrix: K/7 recipes gain (CI low > 0); median RL +X pts; slowest M min
 
-A recipe gains when its paired 95% interval's low end is above 0. A recipe whose file is missing
-or whose run failed is a line saying so and does not gain. `--from-runs DIR` trains nothing: it
-reads the latest `DIR/<recipe>-*/result.json` of each recipe (a matrix assembled from runs made
-one by one, or on another host). Not covered: choosing each recipe's settings (that is done on
-its validation split, docs/training.md), and a recipe's own evaluation (its run does that).
+The second line is what the warm start left RL to learn from, read from the run's first update
+(metrics.jsonl): the policy's mean entropy per sampled token and the groups dynamic sampling
+kept (those whose rewards differ). A recipe gains when its paired 95% interval's low end is above
+0. A recipe whose file is missing or whose run failed is a line saying so and does not gain.
+`--from-runs DIR` trains nothing: it reads the latest `DIR/<recipe>-*/result.json` of each recipe
+(a matrix assembled from runs made one by one, or on another host). Not covered: choosing each
+recipe's settings (that is done on its validation split, docs/training.md), and a recipe's own
+evaluation (its run does that).
 """
 
 from __future__ import annotations
@@ -97,10 +101,35 @@ def outcome(recipe: str, result: dict[str, Any]) -> Outcome:
     )
 
 
+def exploration(recipe: str, updates: list[dict[str, Any]]) -> str | None:
+    """What the warm start left to learn from, by the run's first update (metrics.jsonl's
+    lines): its entropy per token and its groups with reward variance; None without one."""
+    if not updates:
+        return None
+    learner = updates[0].get("learner") or {}
+    groups = int(learner.get("groups", 0))
+    varied = groups - int(learner.get("dropped_groups", 0))
+    entropy = learner.get("entropy")
+    shown = "n/a" if entropy is None else f"{float(entropy):.3f}"
+    return (
+        f"  {recipe} after the warm start: entropy {shown} per token; groups with reward "
+        f"variance {varied}/{groups}"
+    )
+
+
+def metrics_of(run: Path) -> list[dict[str, Any]]:
+    """The run's metrics.jsonl lines (none when it has no such file)."""
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def summary(outcomes: list[Outcome]) -> str:
     """The matrix's last line over every recipe asked for (a missing one does not gain)."""
     measured = [o for o in outcomes if o.gain is not None]
-    median = statistics.median(o.gain for o in measured) if measured else None  # type: ignore[misc]
+    gains = [o.gain for o in measured if o.gain is not None]
+    median = statistics.median(gains) if gains else None
     slowest = max((o.minutes for o in outcomes), default=0.0)
     med = "n/a" if median is None else f"{100 * median:+.0f} pts"
     gaining = sum(o.gains for o in outcomes)
@@ -121,8 +150,9 @@ def latest_run(runs: Path, recipe: str) -> Path | None:
     return max(found, key=lambda d: d.name) if found else None
 
 
-def train(recipe: str, config: Path, runs: Path) -> Outcome:
-    """Run the recipe as a user does (`honing train`); its outcome from the run's result.json."""
+def train(recipe: str, config: Path, runs: Path) -> tuple[Outcome, Path]:
+    """Run the recipe as a user does (`honing train`); its outcome from the run's result.json,
+    and the run's directory."""
     out = runs / f"{recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
     honing = Path(sys.executable).with_name("honing")
     command = [str(honing), "train", str(config), f"out={out}"]
@@ -130,8 +160,8 @@ def train(recipe: str, config: Path, runs: Path) -> Outcome:
     done = subprocess.run(command, cwd=ROOT, check=False)
     result = out / "result.json"
     if done.returncode != 0 or not result.is_file():
-        return Outcome(recipe, why=f"the run failed (exit {done.returncode}; see {out})")
-    return outcome(recipe, json.loads(result.read_text()))
+        return Outcome(recipe, why=f"the run failed (exit {done.returncode}; see {out})"), out
+    return outcome(recipe, json.loads(result.read_text())), out
 
 
 def main() -> None:
@@ -147,6 +177,7 @@ def main() -> None:
     outcomes = []
     for recipe in names:
         config = ROOT / "examples" / RECIPES[recipe]
+        run: Path | None = None
         if args.from_runs is not None:
             run = latest_run(args.from_runs, recipe)
             if run is None:
@@ -156,9 +187,12 @@ def main() -> None:
         elif not config.is_file():
             got = Outcome(recipe, why=f"no recipe yet (examples/{RECIPES[recipe]} is missing)")
         else:
-            got = train(recipe, config, args.runs)
+            got, run = train(recipe, config, args.runs)
         outcomes.append(got)
         print(got.line(), flush=True)
+        explored = None if run is None else exploration(recipe, metrics_of(run))
+        if explored is not None:
+            print(explored, flush=True)
     print(summary(outcomes))
 
 

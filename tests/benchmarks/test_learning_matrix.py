@@ -90,3 +90,16 @@ def test_every_recipe_loads_and_is_named_as_its_runs(bench: ModuleType) -> None:
             assert held >= 128, (recipe, held)
         elif recipe == "structure":
             assert held >= 64, (recipe, held)
+
+
+def test_the_exploration_line_reads_the_first_updates_entropy_and_varied_groups(
+    bench: ModuleType,
+) -> None:
+    updates = [
+        {"step": 1, "learner": {"entropy": 0.3127, "groups": 6, "dropped_groups": 4}},
+        {"step": 2, "learner": {"entropy": 0.1, "groups": 6, "dropped_groups": 0}},
+    ]
+    assert bench.exploration("tools", updates) == (
+        "  tools after the warm start: entropy 0.313 per token; groups with reward variance 2/6"
+    )
+    assert bench.exploration("tools", []) is None
