@@ -19,13 +19,18 @@ from honing.tasks.domains import Domain, register
 from honing.tasks.finance.generate import generate_finance_tasks
 from honing.tasks.finance.task import FinanceTask
 
+
+def _generate(n: int, seed: int, phrasings: str) -> list[FinanceTask]:
+    return generate_finance_tasks(n, seed, phrasings)  # type: ignore[arg-type]  # checked there
+
+
 DOMAIN = register(
     Domain(
         name="finance",
         task=FinanceTask,
         env=FinanceEnv,
         check=play_references(FinanceEnv),
-        generators={"finance": generate_finance_tasks},
+        generators={"finance": _generate},
         sets={"tempting-finance": partial(tempting, "finance")},
         examples=EXAMPLES_DIR / "finance_examples.jsonl",
         description="multi-document financial analysis with cited, traceable answers",

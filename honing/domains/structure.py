@@ -17,13 +17,18 @@ from honing.tasks.domains import Domain, register
 from honing.tasks.structure.generate import generate_structure_tasks
 from honing.tasks.structure.task import StructureTask
 
+
+def _generate(n: int, seed: int, phrasings: str) -> list[StructureTask]:
+    return generate_structure_tasks(n, seed, phrasings)  # type: ignore[arg-type]  # checked there
+
+
 DOMAIN = register(
     Domain(
         name="structure",
         task=StructureTask,
         env=StructureEnv,
         check=play_references(StructureEnv),
-        generators={"structure": generate_structure_tasks},
+        generators={"structure": _generate},
         examples=EXAMPLES_DIR / "structure_examples.jsonl",
         description="3D parts and scenes with rendered feedback, checked geometrically",
     )

@@ -16,13 +16,18 @@ from honing.tasks.quality import check_tools
 from honing.tasks.schema import ToolsTask
 from honing.tasks.synthetic import generate_tools_tasks
 
+
+def _generate(n: int, seed: int, phrasings: str) -> list[ToolsTask]:
+    return generate_tools_tasks(n, seed, phrasings)  # type: ignore[arg-type]  # checked there
+
+
 DOMAIN = register(
     Domain(
         name="tools",
         task=ToolsTask,
         env=ToolsEnv,
         check=check_tools,
-        generators={"tools": lambda n, seed, phrasings: generate_tools_tasks(n, seed)},
+        generators={"tools": _generate},
         sets={"bfcl": bfcl, "tempting-tools": partial(tempting, "tools")},
         examples=EXAMPLES_DIR / "tools_examples.jsonl",
         description="function calling: unit conversion, calendar, lookup, calculator",

@@ -4,7 +4,8 @@
     repair   generate_code_repair_tasks(n, seed)   a code family's function with one token broken
     math     generate_math_tasks(n, seed)          multi-digit arithmetic; phrasings="heldout"
                                                    words half as training never does
-    tools    generate_tools_tasks(n, seed)         unit conversion, calendar, lookup, calculator
+    tools    generate_tools_tasks(n, seed)         unit conversion, calendar, lookup, calculator;
+                                                   phrasings="heldout" as for math
     sql      generate_sql_tasks(n, seed)           small financial tables with a known answer;
                                                    phrasings="heldout" as for math
     common   what the domains share: `generate`, tags and metadata, held-out wordings,

@@ -28,9 +28,12 @@ UNSEEN_SHARE = 0.5  # of a held-out set's tasks
 
 @dataclass(frozen=True)
 class Wording:
-    """One problem's phrasings: those training draws from, and those kept for held-out sets."""
+    """One problem's phrasings: those training draws from, and those kept for held-out sets.
+    `seen` as one string is the one training wording, taken without a draw: a family worded
+    one way before it had held-out wordings keeps its training tasks as they were (a tuple of
+    one is drawn from, as `rng.choice` over it always was)."""
 
-    seen: tuple[str, ...]
+    seen: str | tuple[str, ...]
     unseen: tuple[str, ...]
 
 
@@ -40,7 +43,13 @@ def phrase(
     """A prompt from `wording` filled in with `fields`, and whether it is unseen: with
     `phrasings="heldout"`, `UNSEEN_SHARE` of them are (no draw at all for "train")."""
     unseen = phrasings == "heldout" and rng.random() < UNSEEN_SHARE
-    return rng.choice(wording.unseen if unseen else wording.seen).format(**fields), unseen
+    if unseen:
+        template = rng.choice(wording.unseen)
+    elif isinstance(wording.seen, str):
+        template = wording.seen
+    else:
+        template = rng.choice(wording.seen)
+    return template.format(**fields), unseen
 
 
 def _rng(domain: str, seed: int) -> random.Random:
