@@ -55,7 +55,14 @@ if TYPE_CHECKING:
     from honing.rollout.agent import AgentConfig
 
 SYNTHETIC_PREFIX = "synthetic-"
-PHRASED = ("synthetic-math", "synthetic-sql")  # the synthetic sets with held-out wordings
+# the synthetic sets with held-out wordings
+PHRASED = (
+    "synthetic-math",
+    "synthetic-sql",
+    "synthetic-tools",
+    "synthetic-finance",
+    "synthetic-structure",
+)
 # (section, key) of the settings `honing train` takes from `agent`: `env.max_steps` is
 # `agent.max_turns`, `learner.temperature` is `agent.temperature`. A run's config.yaml leaves
 # them out; one saved before they were derived holds values the run did not play (`load_saved`).
@@ -77,9 +84,9 @@ class TaskSource(StrictModel):
     limit: int | None = Field(None, ge=1, description="Keep the first `limit` tasks.")
     phrasings: Phrasings | None = Field(
         None,
-        description="synthetic-math and synthetic-sql only: 'train' words every task as "
-        "training does; 'heldout' words about half in ways training never does (tagged "
-        "phrasing-unseen). Default: 'heldout' for held-out sets, 'train' for the rest.",
+        description="synthetic-math, -sql, -tools, -finance and -structure only: 'train' words "
+        "every task as training does; 'heldout' words about half in ways training never does "
+        "(tagged phrasing-unseen). Default: 'heldout' for held-out sets, 'train' for the rest.",
     )
     weight: float = Field(1.0, gt=0, description="Share of the training mix (train sources).")
 
@@ -93,7 +100,8 @@ class TaskSource(StrictModel):
             )
         if self.phrasings is not None and self.tasks not in PHRASED:
             raise ValueError(
-                f"phrasings applies to {' and '.join(PHRASED)} only, not {self.tasks!r}; drop it"
+                f"phrasings applies to {', '.join(PHRASED[:-1])} and {PHRASED[-1]} only, not "
+                f"{self.tasks!r}; drop it"
             )
         return self
 

@@ -1,6 +1,6 @@
-"""Task sources of a run: synthetic-math and synthetic-sql held-out sets are worded as training
-never is, and a held-out set keeps out every task that training or the warm start asks, in any
-words."""
+"""Task sources of a run: synthetic held-out sets (math, sql, tools, finance, structure) are
+worded as training never is, and a held-out set keeps out every task that training or the warm
+start asks, in any words."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from honing.tasks.load import question_key
 from honing.tasks.schema import MathTask
 from honing.tasks.synthetic import UNSEEN_TAG, generate_math_tasks
 from honing.trainer.gains import tag_scores
-from honing.trainer.run_config import TaskSource, TrainConfig
+from honing.trainer.run_config import PHRASED, TaskSource, TrainConfig
 from honing.trainer.sources import heldout_sets, load_source, validation_sets
 
 
-@pytest.mark.parametrize("tasks", ["synthetic-math", "synthetic-sql"])
+@pytest.mark.parametrize("tasks", PHRASED)
 def test_a_heldout_source_gets_unseen_wordings_and_a_training_source_none(tasks: str) -> None:
     source = TaskSource(tasks=tasks, count=64, seed=12)
     heldout = load_source("math", source, heldout=True)
@@ -36,8 +36,8 @@ def test_a_heldout_source_gets_unseen_wordings_and_a_training_source_none(tasks:
 
 
 def test_phrasings_is_refused_where_it_means_nothing() -> None:
-    with pytest.raises(ValidationError, match="synthetic-math and synthetic-sql only"):
-        TaskSource(tasks="synthetic-tools", count=8, phrasings="heldout")
+    with pytest.raises(ValidationError, match="and synthetic-structure only, not 'synthetic-code'"):
+        TaskSource(tasks="synthetic-code", count=8, phrasings="heldout")
 
 
 def test_a_source_without_count_or_seed_is_the_builtin_set() -> None:
