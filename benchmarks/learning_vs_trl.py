@@ -67,11 +67,18 @@ Evaluation
 The warm start and every update's model of both sides, after both runs, each by
 `honing.eval.runner.evaluate` (an `EnginePlayer`) on the quickstart's held-out set (`--heldout N`:
 its first N tasks; the tasks any training set holds are left out, as `honing train` does) with
-the quickstart's agent, greedy. The curve, a line per update: `curve trl step K: T.T min,
-held-out P% (+G pts)`, then honing's. Per side, for its last update's model: before, after, the
-paired 95% interval of the change, steps and episodes. X, Y: trl's and honing's final gains; M:
-the minutes into the budget at the end of honing's first update that gains at least X
-(`time_to_reach`); R: trl's time to the end of its last update / M. Last line: `learning: same
+the quickstart's agent, greedy. Every trained model is also played on a validation split
+(`--validation N`, 64 by default: the generator at seed 14, every task training, the warm start
+or the held-out set asks left out), and each side reports the update that does best there (the
+earliest on a tie; `chosen_step`), as `honing train` does with `checkpoint.keep_best`: training
+longer must not lose what was learned, and the held-out set never chooses. `--validation 0`
+reports each side's last update instead. The curve, a line per update: `curve trl step K: T.T
+min, held-out P% (+G pts); validation V%`, then honing's. Per side, for its reported model:
+before, after, the paired 95% interval of the change, steps and episodes. X, Y: trl's and
+honing's reported gains; M: the minutes into the budget at the end of honing's first update
+that gains at least X on held-out (`time_to_reach`); R: trl's time to the end of its last update
+/ M. Each side's models and their times are written to `OUT/STAMP/sides.json`; `--from-run
+OUT/STAMP` evaluates them again without training. Last line: `learning: same
 start, 8 min each; trl +X pts; honing +Y pts; honing reached trl's +X in M min (R.Rx sooner);
 held-out n=N` (or `honing never reached trl's +X`). The goal: R >= 3.0 and Y >= X.
 
@@ -98,7 +105,7 @@ Not measured: GPUs, vLLM, several seeds (run it again with `--seed`). The machin
 the budget is wall-clock, so a busy machine gives both sides fewer updates.
 
 Usage: python benchmarks/learning_vs_trl.py [--budget-min 8] [--heldout N] [--out DIR]
-       [--threads N] [--seed 0] [--first trl|honing]
+       [--threads N] [--seed 0] [--first trl|honing] [--validation 64] [--from-run OUT/STAMP]
 Needs trl: pip install -e '.[bench]'. Smoke run: --budget-min 0.5 --heldout 8.
 """
 
@@ -107,6 +114,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import logging
 import os
 import threading
@@ -137,16 +145,18 @@ from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.loop import train
 from honing.trainer.precision import decide
-from honing.trainer.run_config import TrainConfig
+from honing.trainer.run_config import TaskSource, TrainConfig
 from honing.trainer.run_dir import UpdateRecord
 from honing.trainer.sft import tool_call_text
-from honing.trainer.sources import TaskMixer, heldout_sets, load_source
+from honing.trainer.sources import TaskMixer, heldout_sets, load_source, validation_sets
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
 GROUPS_PER_STEP = 8  # tasks per update on both sides
 STEPS_CAP = 100_000  # both sides: more updates than any budget allows; the budget stops them
 TRL_ROWS = 1_000  # trl's dataset: the tasks of this many updates (then it starts over)
 ACCUMULATION = 4  # trl: micro-batches per optimiser step (memory; the gradient is the same)
+VALIDATION_SEED = 14  # the validation split's generator seed (the recipes' own, docs/training.md)
+SIDES_FILE = "sides.json"  # in a run's directory: each side's models, for --from-run
 T = TypeVar("T")
 
 # SmolLM2's template (ChatML) plus what trl's tool API needs it to render: an assistant's tool
@@ -185,6 +195,8 @@ class Settings:
     out: Path
     seed: int
     first: str
+    validation: int = 64  # validation tasks that choose each side's model (0: the last one)
+    from_run: Path | None = None  # a finished run's directory: evaluate its models again
 
     @property
     def budget_s(self) -> float:
@@ -279,17 +291,69 @@ def change(before: Score, after: Score) -> str:
     )
 
 
+def chosen_step(validation: Sequence[tuple[int, float]]) -> int:
+    """The update whose model does best on validation (`(step, success)` in update order; the
+    earliest on a tie): the model each side reports.
+
+    >>> chosen_step([(1, 0.5), (2, 0.75), (3, 0.75), (4, 0.25)])
+    2
+    """
+    if not validation:
+        raise ValueError("no update to choose from")
+    return max(validation, key=lambda p: (p[1], -p[0]))[0]
+
+
+def write_sides(path: Path, results: dict[str, SideResult]) -> None:
+    """Each side's models, with their steps and times, as JSON (`--from-run` reads it)."""
+    data = {
+        name: {
+            "episodes": r.episodes,
+            "points": [
+                {"step": p.step, "seconds": p.seconds, "model_dir": str(p.model_dir)}
+                for p in r.points
+            ],
+        }
+        for name, r in results.items()
+    }
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def read_sides(path: Path) -> dict[str, SideResult]:
+    """`write_sides`'s file back; an error names the file and what is missing."""
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such file: --from-run takes a run directory of this script")
+    data = json.loads(path.read_text())
+    try:
+        return {
+            name: SideResult(
+                name,
+                tuple(
+                    Point(int(p["step"]), float(p["seconds"]), Path(p["model_dir"]))
+                    for p in side["points"]
+                ),
+                int(side["episodes"]),
+            )
+            for name, side in data.items()
+        }
+    except (KeyError, TypeError, ValueError) as e:
+        raise SystemExit(f"{path}: not a sides file of this script ({e})") from e
+
+
 def time_to_reach(curve: Sequence[tuple[float, int]], target_pts: int) -> float | None:
     """The seconds of the first point of `curve` (seconds into the budget, held-out gain in
     points; in update order) whose gain is at least `target_pts`; None when none is."""
     return next((seconds for seconds, pts in curve if pts >= target_pts), None)
 
 
-def curve_line(side: str, point: Point, after: Score, pts: int) -> str:
-    """`curve trl step 2: 7.4 min, held-out 55% (+17 pts)`."""
+def curve_line(
+    side: str, point: Point, after: Score, pts: int, validation: Score | None = None
+) -> str:
+    """`curve trl step 2: 7.4 min, held-out 55% (+17 pts)`, then `; validation 52%` when the
+    models were also played on the validation split."""
+    tail = "" if validation is None else f"; validation {100 * validation.success:.0f}%"
     return (
         f"curve {side} step {point.step}: {point.seconds / 60:.1f} min, held-out "
-        f"{100 * after.success:.0f}% ({pts:+d} pts)"
+        f"{100 * after.success:.0f}% ({pts:+d} pts){tail}"
     )
 
 
@@ -357,6 +421,15 @@ def heldout_tasks(config: TrainConfig, limit: int | None) -> TaskSet:
     """The quickstart's held-out set as `honing train` evaluates it (tasks asked in training or
     in the warm start left out), its first `limit` tasks."""
     [taskset] = heldout_sets(config, limit).values()
+    return taskset
+
+
+def validation_tasks(config: TrainConfig, count: int) -> TaskSet:
+    """A validation split of `count` tasks: the quickstart's generator at `VALIDATION_SEED`,
+    with every task training, the warm start or the held-out set asks left out."""
+    source = TaskSource(tasks="synthetic-math", count=count + count // 2, seed=VALIDATION_SEED)
+    with_validation = config.model_copy(update={"validation": {"math": source}})
+    [taskset] = validation_sets(with_validation, count).values()
     return taskset
 
 
@@ -775,9 +848,10 @@ def run_honing(settings: Settings, config: TrainConfig, start: Path, out: Path) 
 
 
 async def evaluate(
-    config: TrainConfig, heldout: TaskSet, models: dict[str, Path]
+    config: TrainConfig, heldout: TaskSet, models: dict[str, Path], label: str = "eval"
 ) -> dict[str, Score]:
-    """Each model on the held-out set, as `honing train` evaluates (greedy, the run's agent)."""
+    """Each model on the held-out set (or another: `label` names it in the lines), as `honing
+    train` evaluates (greedy, the run's agent)."""
     agent = config.agent_config(config.eval.temperature, config.seed)
     env_config = config.env.model_copy(update={"max_steps": config.agent.max_turns})
     scores = {}
@@ -797,7 +871,7 @@ async def evaluate(
                 await engine.close()
             judged = {e.task_id: e.success for e in episodes if not e.infra_failed}
             scores[name] = Score(judged, len(episodes) - len(judged))
-            print(f"eval {name}: {scores[name]}", flush=True)
+            print(f"{label} {name}: {scores[name]}", flush=True)
     return scores
 
 
@@ -812,11 +886,22 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: the cores)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--first", choices=["trl", "honing"], default="trl")
+    parser.add_argument(
+        "--validation", type=int, default=64,
+        help="validation tasks that choose each side's reported model (0: its last update's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--from-run", type=Path, default=None,
+        help="a finished run's directory (OUT/STAMP): train nothing, evaluate its models again",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.budget_min <= 0 or (args.heldout is not None and args.heldout < 1):
         parser.error("--budget-min must be positive and --heldout at least 1")
+    if args.validation < 0:
+        parser.error("--validation must be 0 (off) or a number of tasks")
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
-    return Settings(args.budget_min, args.heldout, args.out, args.seed, args.first)
+    return Settings(args.budget_min, args.heldout, args.out, args.seed, args.first,
+                    args.validation, args.from_run)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -828,27 +913,43 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(settings.describe(config), flush=True)
     start = warm_start_model(config, settings.out / f"start-seed{settings.seed}")
     heldout = heldout_tasks(config, settings.heldout)
-    run_dir = settings.out / datetime.now().strftime("%Y%m%d-%H%M%S")
-    sides = {"trl": run_trl, "honing": run_honing}
-    order = [settings.first, *(s for s in sides if s != settings.first)]
-    results: dict[str, SideResult] = {}
-    for name in order:
-        results[name] = sides[name](settings, config, start, run_dir / name)
-        gc.collect()
+    if settings.from_run is not None:
+        run_dir = settings.from_run
+        results = read_sides(run_dir / SIDES_FILE)
+    else:
+        run_dir = settings.out / datetime.now().strftime("%Y%m%d-%H%M%S")
+        sides = {"trl": run_trl, "honing": run_honing}
+        order = [settings.first, *(s for s in sides if s != settings.first)]
+        results = {}
+        for name in order:
+            results[name] = sides[name](settings, config, start, run_dir / name)
+            gc.collect()
+        write_sides(run_dir / SIDES_FILE, results)
     models = {"before": start} | {
         f"{name} step {p.step}": p.model_dir for name, r in results.items() for p in r.points
     }
     scores = asyncio.run(evaluate(config, heldout, models))
+    checks: dict[str, Score] = {}
+    if settings.validation:
+        split = validation_tasks(config, settings.validation)
+        print(f"validation: {len(split.tasks)} tasks (seed {VALIDATION_SEED})", flush=True)
+        trained = {k: v for k, v in models.items() if k != "before"}
+        checks = asyncio.run(evaluate(config, split, trained, label="validation"))
     before = scores["before"]
     curves: dict[str, list[tuple[float, int]]] = {}
+    finals: dict[str, Score] = {}
     for name in ("trl", "honing"):
         curves[name] = []
         for p in results[name].points:
-            after = scores[f"{name} step {p.step}"]
-            gain = points(before, after)
+            key = f"{name} step {p.step}"
+            gain = points(before, scores[key])
             curves[name].append((p.seconds, gain))
-            print(curve_line(name, p, after, gain), flush=True)
-    finals = {name: scores[f"{name} step {r.steps}"] for name, r in results.items()}
+            print(curve_line(name, p, scores[key], gain, checks.get(key)), flush=True)
+        steps = [(p.step, checks[f"{name} step {p.step}"].success) for p in results[name].points]
+        step = chosen_step(steps) if checks else results[name].steps
+        finals[name] = scores[f"{name} step {step}"]
+        how = "best on validation" if checks else "the last"
+        print(f"{name}: reports its update {step} of {results[name].steps} ({how})", flush=True)
     for name in ("trl", "honing"):
         r, after = results[name], finals[name]
         print(

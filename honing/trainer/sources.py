@@ -101,6 +101,8 @@ def heldout_sets(config: TrainConfig, limit: int | None = None) -> dict[str, Tas
 def validation_sets(config: TrainConfig, limit: int | None = None) -> dict[str, TaskSet]:
     """The run's validation sets as `honing train` evaluates them: as `heldout_sets`, and the
     tasks a held-out set asks are left out too (nothing is chosen on the held-out tasks)."""
+    if not config.validation:
+        return {}
     seen, chats = _trained_on(config)
     heldout = list(heldout_sets(config).values())
     return _unseen(config.validation, [*seen, *heldout], chats, limit)

@@ -91,3 +91,38 @@ def test_the_final_turn_is_after_the_last_assistant_header(bench: ModuleType) ->
     assert bench.final_turn([5, 6], header, stops) == [5, 6]
     # a turn that ends at its header: empty
     assert bench.final_turn([5, 0, 1, 2, 3], header, stops) == []
+
+
+def test_each_side_reports_the_update_best_on_validation_the_earliest_on_a_tie(
+    bench: ModuleType,
+) -> None:
+    assert bench.chosen_step([(1, 0.50), (2, 0.75), (3, 0.75), (4, 0.25)]) == 2
+    assert bench.chosen_step([(1, 0.50)]) == 1
+    assert bench.chosen_step([(1, 0.2), (2, 0.1), (3, 0.3)]) == 3
+    with pytest.raises(ValueError, match="no update"):
+        bench.chosen_step([])
+
+
+def test_the_sides_file_round_trips_and_a_bad_one_names_itself(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    side = bench.SideResult(
+        "honing", (bench.Point(1, 30.5, tmp_path / "s1"), bench.Point(2, 61.0, tmp_path / "s2")), 64
+    )
+    path = tmp_path / "sides.json"
+    bench.write_sides(path, {"honing": side})
+    assert bench.read_sides(path) == {"honing": side}
+    path.write_text('{"honing": {"points": []}}')
+    with pytest.raises(SystemExit, match=r"sides\.json: not a sides file"):
+        bench.read_sides(path)
+    with pytest.raises(SystemExit, match="no such file"):
+        bench.read_sides(tmp_path / "missing.json")
+
+
+def test_a_curve_line_adds_the_validation_score_when_there_is_one(bench: ModuleType) -> None:
+    point = bench.Point(3, 150.0, Path("m"))
+    held = bench.Score({"a": True, "b": False}, 0)
+    check = bench.Score({"c": True, "d": True, "e": True, "f": False}, 0)
+    assert bench.curve_line("honing", point, held, 12, check) == (
+        "curve honing step 3: 2.5 min, held-out 50% (+12 pts); validation 75%"
+    )
