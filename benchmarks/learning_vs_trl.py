@@ -82,6 +82,25 @@ OUT/STAMP` evaluates them again without training. Last line: `learning: same
 start, 8 min each; trl +X pts; honing +Y pts; honing reached trl's +X in M min (R.Rx sooner);
 held-out n=N` (or `honing never reached trl's +X`). The goal: R >= 3.0 and Y >= X.
 
+Measured with the curve, before the validation choice (each side reported its last update;
+2-core AMD EPYC with avx512_bf16, no AMX, float32, quiet; 2026-12-06, 37 min in all): trl made 4
+updates in 9.0 min (+12, +21, +23, +26 pts); honing 21 in 8.1 min, +13 after 0.5 min, +27 after
+2.7 min (update 6), +30 at updates 16-18 (6.6-7.1 min), then +26, +20, +23; update 11 alone fell
+to +0 (38%) and update 12 was back at +25. The last lines:
+
+    trl: before 49/128 (38%), after 82/128 (64%): +26 pts (95% CI +18..+33, paired on 128
+      tasks); 4 steps, 128 episodes in 9.0 min
+    honing: before 49/128 (38%), after 79/128 (62%): +23 pts (95% CI +14..+32, paired on 128
+      tasks); 21 steps, 672 episodes in 8.1 min
+    honing - trl after: -2 pts (95% CI -8..+4, paired on 128 tasks)
+    learning: same start, 8 min each; trl +26 pts; honing +23 pts; honing reached trl's +26 in
+      2.7 min (3.3x sooner); held-out n=128
+
+R = 3.3 meets its goal; Y >= X does not: at the quickstart's constant learning rate (chosen for 7
+updates) honing's 21 updates end below their best, which is why each side now reports the update
+its validation split chooses (that run's sides.json, rewritten from its log, is what `--from-run`
+reads to choose again without training).
+
 Measured before the curve existed (final models only, the old last line without the time to
 trl's gain; 2-core AMD EPYC, AVX2, float32, quiet; 25 min in all), the last lines; the held-out
 set words about half of its problems as training never does (`phrasing-unseen`):

@@ -138,7 +138,9 @@ class HeldOut:
                     fields = episode_fields(t, split=self.kind, set=set_name, staleness=None)
                     emit("episode", step, **fields)
 
-            progress = _EvalProgress(f"{self.kind} {name}", total, self.progress)
+            progress = _EvalProgress(
+                f"validation {name}" if self.validation else name, total, self.progress
+            )
             player: EnginePlayer | TeamPlayer
             if cfg.team is None:
                 player = EnginePlayer(engine, agent, name=f"step {step}", on_trajectory=logged)
