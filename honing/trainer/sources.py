@@ -66,7 +66,7 @@ def load_source(name: str, source: TaskSource, *, heldout: bool = False) -> Task
 
 
 def without_overlap(
-    heldout: TaskSet, train: Sequence[TaskSet], chats: Sequence[str] = ()
+    heldout: TaskSet, train: Sequence[TaskSet], chats: Sequence[str] = (), kind: str = "held-out"
 ) -> TaskSet:
     """The held-out tasks that no training task asks (`question_key`: the same problem in other
     words is the same task) and whose prompt no text of `chats` (user messages trained on)
@@ -78,14 +78,17 @@ def without_overlap(
     ]
     if len(kept) < len(heldout.tasks):
         log.info(
-            "held-out %s: %d task(s) also asked in training or the warm start, left out",
+            "%s %s: %d task(s) also asked in training or the warm start%s, left out",
+            kind,
             heldout.name,
             len(heldout.tasks) - len(kept),
+            " or a held-out set" if kind == "validation" else "",
         )
     if not kept:
         raise ConfigError(
-            f"held-out set {heldout.name!r}: every task is also asked in training or the warm "
-            "start; use another seed or source for it"
+            f"{kind} set {heldout.name!r}: every task is also asked in training or the warm "
+            f"start{' or a held-out set' if kind == 'validation' else ''}; use another seed or "
+            "source for it"
         )
     return TaskSet(heldout.name, kept, heldout.quarantined, heldout.total, heldout.origins)
 
@@ -105,7 +108,7 @@ def validation_sets(config: TrainConfig, limit: int | None = None) -> dict[str, 
         return {}
     seen, chats = _trained_on(config)
     heldout = list(heldout_sets(config).values())
-    return _unseen(config.validation, [*seen, *heldout], chats, limit)
+    return _unseen(config.validation, [*seen, *heldout], chats, limit, "validation")
 
 
 def _trained_on(config: TrainConfig) -> tuple[list[TaskSet], list[str]]:
@@ -124,11 +127,15 @@ def _trained_on(config: TrainConfig) -> tuple[list[TaskSet], list[str]]:
 
 
 def _unseen(
-    sources: dict[str, TaskSource], seen: list[TaskSet], chats: list[str], limit: int | None
+    sources: dict[str, TaskSource],
+    seen: list[TaskSet],
+    chats: list[str],
+    limit: int | None,
+    kind: str = "held-out",
 ) -> dict[str, TaskSet]:
     sets = {}
     for name, source in sources.items():
-        taskset = without_overlap(load_source(name, source, heldout=True), seen, chats)
+        taskset = without_overlap(load_source(name, source, heldout=True), seen, chats, kind)
         if limit is not None:
             taskset.tasks = taskset.tasks[:limit]
         sets[name] = taskset
