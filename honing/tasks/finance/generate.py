@@ -20,7 +20,7 @@ import json
 import random
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, get_args
+from typing import Any
 
 from honing.tasks.finance.cite import Citation
 from honing.tasks.finance.company import (
@@ -38,7 +38,13 @@ from honing.tasks.finance.company import (
     true_claims,
 )
 from honing.tasks.finance.task import FinanceTask
-from honing.tasks.synthetic.common import UNSEEN_SHARE, UNSEEN_TAG, Phrasings, Wording
+from honing.tasks.synthetic.common import (
+    UNSEEN_SHARE,
+    UNSEEN_TAG,
+    Phrasings,
+    Wording,
+    check_phrasings,
+)
 
 PERCENT_TOLERANCE = 0.002  # relative: a percentage given to two decimals (every one is >= 3)
 # How to answer, as training words it (`seen`, the prompt's last sentence) and as only held-out
@@ -498,8 +504,7 @@ def generate_finance_tasks(n: int, seed: int, phrasings: Phrasings = "train") ->
     documents and answers are those of `"train"` (the draw is made in every phrasing)."""
     if n < 0:
         raise ValueError(f"n must be >= 0, not {n}")
-    if phrasings not in get_args(Phrasings):
-        raise ValueError(f"phrasings must be one of {get_args(Phrasings)}, not {phrasings!r}")
+    check_phrasings(phrasings)
     rng = _rng(seed)
     out: list[FinanceTask] = []
     seen: set[str] = set()

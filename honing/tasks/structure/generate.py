@@ -15,10 +15,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Any, get_args
+from typing import Any
 
 from honing.tasks.structure.task import StructureTask
-from honing.tasks.synthetic.common import UNSEEN_TAG, Phrasings, Wording, generate, phrase
+from honing.tasks.synthetic.common import (
+    UNSEEN_TAG,
+    Phrasings,
+    Wording,
+    generate_phrased,
+    phrase,
+)
 
 Json = dict[str, Any]
 AXES = "Units are millimetres; x is width, y is depth, z is up."
@@ -362,12 +368,4 @@ def generate_structure_tasks(
     (`UNSEEN_SHARE`) as training never does, tagged `phrasing-unseen`: the same kind of part,
     described in another order or register, some numbers in another form (a radius for a
     diameter, a flight's totals for its steps), the target unchanged."""
-    if phrasings not in get_args(Phrasings):
-        raise ValueError(f"phrasings must be one of {get_args(Phrasings)}, not {phrasings!r}")
-
-    def worded(
-        family: Callable[[random.Random, str, int, Phrasings], StructureTask],
-    ) -> Callable[[random.Random, str, int], StructureTask]:
-        return lambda rng, task_id, seed: family(rng, task_id, seed, phrasings)
-
-    return generate("structure", n, seed, [worded(f) for f in FAMILIES])
+    return generate_phrased("structure", n, seed, FAMILIES, phrasings)

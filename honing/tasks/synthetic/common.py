@@ -12,7 +12,7 @@ import json
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 from honing.tasks.load import AnyTask, TaskSet, question_key, tasks_from_rows
 from honing.tasks.schema import TaskBase
@@ -66,6 +66,30 @@ def _content_key(task: AnyTask) -> str:
         task.model_dump(mode="json", exclude={"id", "tags", "metadata", "reference"}),
         sort_keys=True,
     )
+
+
+def check_phrasings(phrasings: str) -> None:
+    """ValueError unless `phrasings` is one of `Phrasings`."""
+    if phrasings not in get_args(Phrasings):
+        raise ValueError(f"phrasings must be one of {get_args(Phrasings)}, not {phrasings!r}")
+
+
+def generate_phrased(
+    domain: str,
+    n: int,
+    seed: int,
+    families: list[Callable[[random.Random, str, int, Phrasings], T]],
+    phrasings: Phrasings,
+) -> list[T]:
+    """`generate` over families that take the phrasings too, all called with `phrasings`."""
+    check_phrasings(phrasings)
+
+    def worded(
+        family: Callable[[random.Random, str, int, Phrasings], T],
+    ) -> Callable[[random.Random, str, int], T]:
+        return lambda rng, task_id, seed: family(rng, task_id, seed, phrasings)
+
+    return generate(domain, n, seed, [worded(f) for f in families])
 
 
 def generate(

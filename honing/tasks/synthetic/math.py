@@ -20,7 +20,7 @@ from honing.tasks.synthetic.common import (
     Phrasings,
     Wording,
     family_metadata,
-    generate,
+    generate_phrased,
     phrase,
 )
 
@@ -237,9 +237,4 @@ def generate_math_tasks(n: int, seed: int, phrasings: Phrasings = "train") -> li
     way no training task is, tagged `phrasing-unseen`, so an evaluation can tell a learned skill
     from a learned template. Each task's metadata holds its calculation (`expression`)."""
 
-    def worded(
-        family: Callable[[random.Random, str, int, Phrasings], MathTask],
-    ) -> Callable[[random.Random, str, int], MathTask]:
-        return lambda rng, task_id, seed: family(rng, task_id, seed, phrasings)
-
-    return generate("math", n, seed, [worded(f) for f in MATH_FAMILIES])
+    return generate_phrased("math", n, seed, MATH_FAMILIES, phrasings)

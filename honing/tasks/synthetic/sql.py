@@ -21,13 +21,13 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import get_args
 
 from honing.tasks.schema import AnswerRule, SqlTask
 from honing.tasks.synthetic.common import (
     UNSEEN_TAG,
     Phrasings,
     Wording,
+    check_phrasings,
     family_metadata,
     family_tags,
     phrase,
@@ -58,8 +58,7 @@ def generate_sql_tasks(n: int, seed: int, phrasings: Phrasings = "train") -> lis
     about half of them as training never does, over the same tables."""
     if n < 0:
         raise ValueError(f"n must be >= 0, not {n}")
-    if phrasings not in get_args(Phrasings):
-        raise ValueError(f"phrasings must be one of {get_args(Phrasings)}, not {phrasings!r}")
+    check_phrasings(phrasings)
     return [
         SQL_FAMILIES[i % len(SQL_FAMILIES)](
             random.Random(f"honing-sql:{seed}:{i}"), f"sql-synth/{seed}/{i}", seed, phrasings

@@ -20,7 +20,7 @@ import json
 import random
 from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, get_args
+from typing import Any
 
 from honing.tasks.schema import ToolsTask
 from honing.tasks.synthetic.common import (
@@ -30,7 +30,7 @@ from honing.tasks.synthetic.common import (
     Wording,
     family_metadata,
     family_tags,
-    generate,
+    generate_phrased,
     phrase,
 )
 from honing.tasks.toolcalls import TOOL_FUNCTIONS
@@ -610,12 +610,4 @@ def generate_tools_tasks(n: int, seed: int, phrasings: Phrasings = "train") -> l
     Each family has wordings kept out of training: `phrasings="train"` never uses them;
     `"heldout"` words about half of the tasks (`UNSEEN_SHARE`) that way, tagged
     `phrasing-unseen`, with the same tools, answers and references."""
-    if phrasings not in get_args(Phrasings):
-        raise ValueError(f"phrasings must be one of {get_args(Phrasings)}, not {phrasings!r}")
-
-    def worded(
-        family: Callable[[random.Random, str, int, Phrasings], ToolsTask],
-    ) -> Callable[[random.Random, str, int], ToolsTask]:
-        return lambda rng, task_id, seed: family(rng, task_id, seed, phrasings)
-
-    return generate("tools", n, seed, [worded(f) for f in TOOLS_FAMILIES])
+    return generate_phrased("tools", n, seed, TOOLS_FAMILIES, phrasings)
