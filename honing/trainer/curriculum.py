@@ -2,28 +2,34 @@
 steered towards the band where the policy sometimes succeeds (where GRPO's groups have signal).
 
     curriculum = Curriculum(CurriculumSettings(enabled=True), state.curriculum)
-    curriculum.update(task_key("math", task.id), successes=3, judged=4)   # a finished group
+    key = curriculum.key("math", task)   # the task's own record, or its tags' (`by: tags`)
+    curriculum.update(key, successes=3, judged=4)   # a finished group
     curriculum.band(key)          # "unseen" | "too_easy" | "learnable" | "too_hard"
     curriculum.keep(key, rng)     # False: the draw defers this task (TaskMixer.draw)
     curriculum.occupancy(keys)    # the share of `keys` in each band: the curriculum/* scalars
 
 A task's estimate is an exponential moving average of its groups' success rates over judged
-episodes (an infrastructure failure never counts); its first group sets it. Its record
-(`TaskRecord`) is plain data, saved in checkpoints with the loop's state. Not covered: which
-task is next (`honing.trainer.sources.TaskMixer`), the loop that feeds it (`honing.trainer.loop`).
+episodes (an infrastructure failure never counts); its first group sets it. With `by: tags`
+the tasks of a source that carry the same tags (a synthetic generator's family and difficulty)
+share one record, so a task drawn for the first time already has an estimate: in one pass over a
+large training set no task comes back, and a per-task estimate would leave every draw `unseen`.
+A record (`TaskRecord`) is plain data, saved in checkpoints with the loop's state. Not covered:
+which task is next (`honing.trainer.sources.TaskMixer`), the loop that feeds it
+(`honing.trainer.loop`).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from honing.config import StrictModel
 
 Band = Literal["unseen", "too_easy", "learnable", "too_hard"]
+Pooling = Literal["task", "tags"]
 BANDS: tuple[Band, ...] = ("learnable", "too_easy", "too_hard", "unseen")
 
 
@@ -32,6 +38,13 @@ class CurriculumSettings(StrictModel):
     `curriculum`); docs/training.md, "Curriculum"."""
 
     enabled: bool = Field(False, description="Off: every task is drawn in its turn (uniform).")
+    by: Pooling = Field(
+        "task",
+        description="What an estimate is kept for: `task`, each task alone (for a small "
+        "training set that many updates revisit); `tags`, the tasks of a source with the same "
+        "tags together (a generator's family and difficulty: for one pass over a large set, "
+        "where no task is drawn twice). A task without tags then shares its source's estimate.",
+    )
     low: float = Field(
         0.1,
         ge=0,
@@ -76,9 +89,25 @@ class TaskRecord(BaseModel):
     success: float = 0.0  # the moving average of their success rates
 
 
+class Tagged(Protocol):
+    """What the curriculum reads of a task: its id and tags (every task record has both)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def tags(self) -> list[str]: ...
+
+
 def task_key(source: str, task_id: str) -> str:
     """A task's key in the records: its source and id (two sources may share ids)."""
     return f"{source}/{task_id}"
+
+
+def tags_key(source: str, tags: Sequence[str]) -> str:
+    """The key that the tasks of `source` with these `tags` (in any order) share; `#` keeps it
+    apart from every task key."""
+    return f"{source}#{'+'.join(sorted(set(tags)))}"
 
 
 class Curriculum:
@@ -87,6 +116,12 @@ class Curriculum:
     def __init__(self, settings: CurriculumSettings, records: dict[str, TaskRecord]) -> None:
         self.settings = settings
         self.records = records
+
+    def key(self, source: str, task: Tagged) -> str:
+        """The record `task` of `source` is estimated by: its own, or its tags' (`by`)."""
+        if self.settings.by == "tags":
+            return tags_key(source, task.tags)
+        return task_key(source, task.id)
 
     def update(self, key: str, successes: int, judged: int) -> None:
         """A finished group of `key`: `successes` of its `judged` episodes succeeded (episodes

@@ -62,7 +62,7 @@ from honing.sandbox.pool import PoolUsage
 from honing.store import TrajectoryWriter
 from honing.tasks.load import AnyTask, TaskSet
 from honing.trainer.checkpoint import load_checkpoint, save_checkpoint
-from honing.trainer.curriculum import Curriculum, TaskRecord, task_key
+from honing.trainer.curriculum import Curriculum, TaskRecord
 from honing.trainer.gains import best_by_validation, pooled
 from honing.trainer.heldout import Forgetting, HeldOut, percent
 from honing.trainer.learner import Learner, LearnerStats, MatchReport
@@ -113,7 +113,7 @@ class LoopState(BaseModel):
     # risk.explore: each task's recent training episodes, oldest first, as (solved, risky,
     # well-formed); checkpoints from before the third field hold pairs (read as well-formed).
     history: dict[str, list[tuple[bool, ...]]] = Field(default_factory=dict)
-    # curriculum.enabled: each task's success so far (key: honing.trainer.curriculum.task_key)
+    # curriculum.enabled: each task's (or tag set's) success so far (key: Curriculum.key)
     curriculum: dict[str, TaskRecord] = Field(default_factory=dict)
 
 
@@ -527,7 +527,7 @@ class Trainer:
         curriculum = self.curriculum()
         if curriculum is None:
             return {}
-        keys = [task_key(name, task.id) for name, task in drawn]
+        keys = [curriculum.key(name, task) for name, task in drawn]
         return {band: share for band, share in curriculum.occupancy(keys).items()}
 
     def _track(self, played: list[Group], drawn: list[tuple[str, AnyTask]]) -> None:
@@ -537,7 +537,8 @@ class Trainer:
             return
         for group, (name, task) in zip(played, drawn, strict=True):
             judged = [t for t in group.trajectories if not t.infrastructure_failed]
-            curriculum.update(task_key(name, task.id), sum(t.success for t in judged), len(judged))
+            key = curriculum.key(name, task)
+            curriculum.update(key, sum(t.success for t in judged), len(judged))
 
     def risk_weight(self) -> float:
         """The price of one unit of risk cost in this update's rewards (`risk.mode`): 0 when off,

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from honing.errors import ConfigError
 from honing.tasks import domains
 from honing.tasks.load import AnyTask, TaskSet, load_tasks, question_key
-from honing.trainer.curriculum import Curriculum, task_key
+from honing.trainer.curriculum import Curriculum
 from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource, TrainConfig
 
 log = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ class TaskMixer:
                 if (
                     curriculum is None
                     or passed == len(tasks)
-                    or curriculum.keep(task_key(name, task.id), deferring)
+                    or curriculum.keep(curriculum.key(name, task), deferring)
                 ):
                     break
             out.append((name, task))
