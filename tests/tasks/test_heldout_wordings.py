@@ -1,6 +1,7 @@
-"""Held-out wordings of the tools, finance and structure generators: about half of a held-out set
-is worded as no training task is (tagged `phrasing-unseen`), those tasks' references still pass
-their judge, and the training tasks are exactly what they were before the wordings came."""
+"""Held-out wordings of the tools, finance, structure and code-repair generators: about half of a
+held-out set is worded as no training task is (tagged `phrasing-unseen`), those tasks' references
+still pass their judge, and the training tasks are exactly what they were before the wordings
+came."""
 
 from __future__ import annotations
 
@@ -15,17 +16,25 @@ from honing.sandbox import SandboxPool
 from honing.tasks.finance.generate import generate_finance_tasks
 from honing.tasks.load import AnyTask
 from honing.tasks.quality import verify_references
+from honing.tasks.schema import CodeTask
 from honing.tasks.structure.generate import generate_structure_tasks
-from honing.tasks.synthetic import UNSEEN_TAG, Phrasings, generate_tools_tasks
+from honing.tasks.synthetic import (
+    UNSEEN_TAG,
+    Phrasings,
+    generate_code_repair_tasks,
+    generate_tools_tasks,
+)
 
 GENERATORS: dict[str, Callable[[int, int, Phrasings], Sequence[AnyTask]]] = {
     "tools": generate_tools_tasks,
     "finance": generate_finance_tasks,
     "structure": generate_structure_tasks,
+    "code-repair": generate_code_repair_tasks,
 }
 # sha256 of json.dumps([t.model_dump_json() for t in generate(512, seed, "train")]). They pin the
-# training tasks as of the change that gave these generators held-out wordings: recipes, tests
-# and measured figures depend on them, so a change here is a new training set, not a refactor.
+# training tasks as of the change that gave each generator held-out wordings (computed before
+# it): recipes, tests and measured figures depend on them, so a change here is a new training
+# set, not a refactor. Code repair's seeds are its recipes' (training 21, held-out 22, ...).
 TRAIN_HASHES = {
     ("tools", 11): "0ecb40d6ff1391c71b7ec6825e16b266d96312ae0da979ea298a5a5e51f47b3e",
     ("tools", 12): "3a8d003f270ae1ecab0bd086aff591972540a039f235e3031b3c9fb5a18ba962",
@@ -39,6 +48,10 @@ TRAIN_HASHES = {
     ("structure", 12): "4d460fe14bc1b69236f3c1370c045e989d1cfa1bf25239cf4da00cccc6f2182a",
     ("structure", 13): "517a5d205fd3a5c49a812524e18f0f6731cbf55ba1b211b055dfd3dd6103bae6",
     ("structure", 14): "ab4c129c4527cafbaf1350a7156f6af8e2fea5932b15e78d62894f4a766ee3f0",
+    ("code-repair", 21): "2b76ae957d4e337184ca252645058f06ab83152177c6fd5f07fbd648f91b2405",
+    ("code-repair", 22): "888764b6e1afc80a7dfa9f86ab87d4b5762e13118f4e9f2fac715ae38c903106",
+    ("code-repair", 23): "3a95de82c9c49032ae0a906c98935778d6fc345f13bb105455b864777b6d3369",
+    ("code-repair", 24): "26675a9ee7299f2d67f51fcf787d2a75fd7f6a0f531919f4245e30b0f2402e29",
 }
 
 
@@ -83,6 +96,16 @@ def test_a_finance_heldout_set_has_the_documents_and_answers_of_the_training_one
     assert moved == [t.id for t in heldout if UNSEEN_TAG in t.tags] and moved
     for a, b in zip(train, heldout, strict=True):
         assert a.model_dump(exclude={"prompt", "tags"}) == b.model_dump(exclude={"prompt", "tags"})
+
+
+def test_a_code_repair_prompt_keeps_its_function_and_example_in_every_wording() -> None:
+    tasks = generate_code_repair_tasks(48, 22, "heldout")
+    assert any(UNSEEN_TAG in t.tags for t in tasks)
+    for task in tasks:
+        assert isinstance(task, CodeTask)
+        call, expected = task.tests.splitlines()[0].removeprefix("assert ").split(" == ", 1)
+        assert f"def {task.entry_point}(" in task.prompt and f"`{task.entry_point}`" in task.prompt
+        assert call in task.prompt and expected in task.prompt, task.prompt
 
 
 def test_an_unknown_phrasing_is_refused() -> None:

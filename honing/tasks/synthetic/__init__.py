@@ -1,7 +1,8 @@
 """Seeded synthetic task sets: where a small model is weak, but tools and feedback can help.
 
     code     generate_code_tasks(n, seed)          short functions checked by `assert` tests
-    repair   generate_code_repair_tasks(n, seed)   a code family's function with one token broken
+    repair   generate_code_repair_tasks(n, seed)   a code family's function with one token broken;
+                                                   phrasings="heldout" as for math
     math     generate_math_tasks(n, seed)          multi-digit arithmetic; phrasings="heldout"
                                                    words half as training never does
     tools    generate_tools_tasks(n, seed)         unit conversion, calendar, lookup, calculator;

@@ -2,6 +2,8 @@
 
     generate_code_repair_tasks(n, seed)   code tasks whose workspace starts with a buggy
                                           solution.py (`CodeTask.files`); the reference is the fix
+    generate_code_repair_tasks(n, seed, phrasings="heldout")   about half worded as training
+                                          never is, tagged `UNSEEN_TAG`
 
 Each task changes one token of a function of `honing.tasks.synthetic.code`'s families (a
 comparison, an operator, an integer one off, …), used only if the function then fails a test
@@ -25,7 +27,14 @@ from typing import Any
 
 from honing.tasks.schema import CODE_SOLUTION, CodeTask
 from honing.tasks.synthetic.code import CODE_FAMILIES, Function
-from honing.tasks.synthetic.common import family_metadata, generate
+from honing.tasks.synthetic.common import (
+    UNSEEN_TAG,
+    Phrasings,
+    Wording,
+    family_metadata,
+    generate_phrased,
+    phrase,
+)
 
 DOMAIN = "code-repair"
 GENERATOR = "honing.tasks.synthetic_repair"  # the module's old name: tasks (and versions) keep it
@@ -131,17 +140,51 @@ def source_of(function: Function) -> str:
     return f"{function.signature}:\n{BODIES.get(function.family, function.body)}"
 
 
-def repair_prompt(function: Function) -> str:
+# The prompt: what is wrong, the signature and doc (as they are in every wording), an example.
+# Training words every task as it always has (one string: no draw); `unseen` is what only
+# held-out sets ask, in another sentence structure and register.
+_REPAIR = Wording(
+    seen="Fix the bug in {solution}: some tests of `{name}` fail.\n\n{signature}:\n{doc}\n\n"
+    "For example, {call} == {expected}.",
+    unseen=(
+        "`{name}` in {solution} returns wrong results for some inputs; find the mistake and "
+        "correct it.\n\n{signature}:\n{doc}\n\nOne of the checks: {call} should give {expected}.",
+        "Someone slipped while editing {solution}, and `{name}` no longer passes all of its "
+        "tests. Make it do what this says again:\n\n{signature}:\n{doc}\n\nA test it has to "
+        "pass: calling {call} must return {expected}.",
+        "There is one small error in `{name}` ({solution}). Track it down and put it right.\n\n"
+        "{signature}:\n{doc}\n\nOnce it works, {call} evaluates to {expected}.",
+        "The tests of {solution} catch a mistake in `{name}`. What the function is meant to "
+        "do:\n\n{signature}:\n{doc}\n\nSo, for instance, the result of {call} ought to be "
+        "{expected}. Correct the code.",
+    ),
+)
+
+
+def repair_prompt(function: Function, rng: random.Random, phrasings: Phrasings) -> tuple[str, bool]:
+    """The task's prompt and whether it is worded as training never is (`phrase`: "train" draws
+    nothing from `rng`)."""
     args, expected = function.cases[0]
-    doc = textwrap.fill(function.doc, width=92)
-    return (
-        f"Fix the bug in {CODE_SOLUTION}: some tests of `{function.entry_point}` fail.\n\n"
-        f"{function.signature}:\n{doc}\n\nFor example, {function.call(args)} == {expected!r}."
-    )
+    fields = {
+        "solution": CODE_SOLUTION,
+        "name": function.entry_point,
+        "signature": function.signature,
+        "doc": textwrap.fill(function.doc, width=92),
+        "call": function.call(args),
+        "expected": repr(expected),
+    }
+    return phrase(rng, phrasings, _REPAIR, **fields)
 
 
-def repair_task(function: Function, rng: random.Random, task_id: str, seed: int) -> CodeTask | None:
-    """A task with one failing mutation of `function` (drawn with `rng`); None if none fails."""
+def repair_task(
+    function: Function,
+    rng: random.Random,
+    task_id: str,
+    seed: int,
+    phrasings: Phrasings = "train",
+) -> CodeTask | None:
+    """A task with one failing mutation of `function` (drawn with `rng`, then its wording with
+    `phrasings`); None if none fails."""
     correct = source_of(function)
     candidates = mutations(correct)
     rng.shuffle(candidates)
@@ -149,14 +192,16 @@ def repair_task(function: Function, rng: random.Random, task_id: str, seed: int)
         buggy = mutation.apply(correct)
         if fails_a_case(buggy, function):
             tests = "".join(f"assert {function.call(a)} == {e!r}\n" for a, e in function.cases)
+            prompt, unseen = repair_prompt(function, rng, phrasings)
+            tags = ["synthetic", "repair", function.family, mutation.kind, function.difficulty]
             return CodeTask(
                 id=task_id,
-                prompt=repair_prompt(function),
+                prompt=prompt,
                 entry_point=function.entry_point,
                 tests=tests,
                 files={CODE_SOLUTION: buggy},
                 reference=correct,
-                tags=["synthetic", "repair", function.family, mutation.kind, function.difficulty],
+                tags=tags + ([UNSEEN_TAG] if unseen else []),
                 metadata={
                     **family_metadata(function.family, seed),
                     "generator": GENERATOR,
@@ -168,10 +213,10 @@ def repair_task(function: Function, rng: random.Random, task_id: str, seed: int)
 
 def _family(
     make: Callable[[random.Random], Function],
-) -> Callable[[random.Random, str, int], CodeTask]:
-    def draw(rng: random.Random, task_id: str, seed: int) -> CodeTask:
+) -> Callable[[random.Random, str, int, Phrasings], CodeTask]:
+    def draw(rng: random.Random, task_id: str, seed: int, phrasings: Phrasings) -> CodeTask:
         while True:  # a function with no failing mutation is drawn again (none is known)
-            task = repair_task(make(rng), rng, task_id, seed)
+            task = repair_task(make(rng), rng, task_id, seed, phrasings)
             if task is not None:
                 return task
 
@@ -181,7 +226,12 @@ def _family(
 REPAIR_FAMILIES = [_family(make) for make in CODE_FAMILIES]
 
 
-def generate_code_repair_tasks(n: int, seed: int) -> list[CodeTask]:
+def generate_code_repair_tasks(n: int, seed: int, phrasings: Phrasings = "train") -> list[CodeTask]:
     """`n` code-repair tasks (the 12 code families, one token of each changed so that a test
-    fails): solution.py starts buggy, the reference is the correct file."""
-    return generate(DOMAIN, n, seed, REPAIR_FAMILIES)
+    fails): solution.py starts buggy, the reference is the correct file.
+
+    `phrasings="train"` words every prompt as training always has; `"heldout"` words about half
+    (`UNSEEN_SHARE`) in a way no training task is, tagged `phrasing-unseen`: what is wrong and
+    the example are worded otherwise, the signature and doc are as they are. Its wording draws
+    use the seed's stream too, so the same seed's tasks differ from the training ones'."""
+    return generate_phrased(DOMAIN, n, seed, REPAIR_FAMILIES, phrasings)
