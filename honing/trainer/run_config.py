@@ -62,6 +62,7 @@ PHRASED = (
     "synthetic-tools",
     "synthetic-finance",
     "synthetic-structure",
+    "synthetic-code-repair",
 )
 # (section, key) of the settings `honing train` takes from `agent`: `env.max_steps` is
 # `agent.max_turns`, `learner.temperature` is `agent.temperature`. A run's config.yaml leaves
@@ -84,9 +85,10 @@ class TaskSource(StrictModel):
     limit: int | None = Field(None, ge=1, description="Keep the first `limit` tasks.")
     phrasings: Phrasings | None = Field(
         None,
-        description="synthetic-math, -sql, -tools, -finance and -structure only: 'train' words "
-        "every task as training does; 'heldout' words about half in ways training never does "
-        "(tagged phrasing-unseen). Default: 'heldout' for held-out sets, 'train' for the rest.",
+        description="synthetic-math, -sql, -tools, -finance, -structure and -code-repair only: "
+        "'train' words every task as training does; 'heldout' words about half in ways training "
+        "never does (tagged phrasing-unseen). Default: 'heldout' for held-out sets, 'train' for "
+        "the rest.",
     )
     weight: float = Field(1.0, gt=0, description="Share of the training mix (train sources).")
 

@@ -15,7 +15,7 @@ from honing.trainer.sources import load_source, without_overlap
 
 TRAIN, HELDOUT, NEED = 512, 256, 128
 DIFFICULTIES = ("easy", "medium", "hard")
-PHRASED = ("math", "sql", "tools")  # the generators here with held-out wordings
+PHRASED = ("code-repair", "math", "sql", "tools")  # the generators here with held-out wordings
 
 
 @pytest.mark.parametrize("key", ["code", "code-repair", "math", "tools", "sql"])

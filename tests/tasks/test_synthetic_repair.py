@@ -95,7 +95,7 @@ def test_a_change_that_never_ends_or_still_passes_is_not_a_bug() -> None:
 def test_the_builtin_set_and_configured_sources() -> None:
     builtin = load_tasks("synthetic-code-repair")
     assert len(builtin.tasks) == 64 and builtin.quarantined == []
-    assert builtin.tasks == generate_code_repair_tasks(64, 0)
+    assert builtin.tasks == generate_code_repair_tasks(64, 0, "heldout")  # as every synthetic set
     config = load_yaml_model(
         Path(__file__).parents[2] / "examples" / "code_repair.yaml", TrainConfig, []
     )

@@ -1,6 +1,6 @@
-"""Task sources of a run: synthetic held-out sets (math, sql, tools, finance, structure) are
-worded as training never is, and a held-out set keeps out every task that training or the warm
-start asks, in any words."""
+"""Task sources of a run: synthetic held-out sets (math, sql, tools, finance, structure, code
+repair) are worded as training never is, and a held-out set keeps out every task that training
+or the warm start asks, in any words."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def test_a_heldout_source_gets_unseen_wordings_and_a_training_source_none(tasks:
 
 
 def test_phrasings_is_refused_where_it_means_nothing() -> None:
-    with pytest.raises(ValidationError, match="and synthetic-structure only, not 'synthetic-code'"):
+    refused = "and synthetic-code-repair only, not 'synthetic-code'"
+    with pytest.raises(ValidationError, match=refused):
         TaskSource(tasks="synthetic-code", count=8, phrasings="heldout")
 
 
