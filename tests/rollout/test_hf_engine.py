@@ -389,3 +389,31 @@ async def test_an_idle_engine_frees_its_decode_threads_openmp_workers(
             assert time.monotonic() < deadline, f"no release after decoding: {released}"
             await asyncio.sleep(0.01)
     assert {name for name, _ in released} == {"hf-engine-decode"}
+
+
+async def test_a_kv_cache_that_cannot_grow_fails_the_calls_with_what_to_change(
+    model: Any, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The KV cache grows (doubling) as sequences lengthen. When the host cannot hold the grown
+    one, the kernel would kill the process and the run with it, silently: instead the growth is
+    refused before the allocation and every waiting call fails with what to lower."""
+    from honing.rollout.engines import llama_decode
+
+    monkeypatch.setattr(llama_decode, "INITIAL_CAPACITY", 16)
+    async with HFEngine(model, tokenizer, max_batch=3) as engine:
+        ids = prompts(tokenizer)
+        fits = await engine.generate([Prompt(token_ids=p) for p in ids], GREEDY)  # grows freely
+        assert all(len(g.token_ids) == GREEDY.max_new_tokens for g in fits)
+        monkeypatch.setattr(llama_decode, "available_bytes", lambda device: 1024)
+        long = SamplingParams(temperature=0, max_new_tokens=80)  # past the capacity it reached
+        with pytest.raises(EngineError, match=r"KV cache would grow to \d+ positions for each of "
+                           r"3 slots: .* GiB more, and 0.0 GiB are available on cpu\. Decode "
+                           r"fewer sequences together \(`engine.slots`"):  # fmt: skip
+            await engine.generate([Prompt(token_ids=p) for p in ids], long)
+
+
+def test_available_bytes_reads_the_hosts_available_memory() -> None:
+    from honing.rollout.engines.llama_decode import available_bytes
+
+    free = available_bytes(torch.device("cpu"))
+    assert free is not None and 0 < free < 2**50

@@ -26,6 +26,8 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from honing.errors import EngineError
+
 INITIAL_CAPACITY = 256  # KV positions reserved per slot at first; doubled on demand
 MIN_SHARED_PREFIX = 16  # tokens; a shorter common prefix is not worth a separate pass
 MIN_SHARED_READ = 32  # tokens; decode reads a shorter shared prefix from each row's own KV
@@ -101,6 +103,38 @@ def make_linear(weight: torch.Tensor) -> Linear:
         except (RuntimeError, AttributeError):  # an op missing from this torch build
             pass
     return partial(F.linear, weight=weight)
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory a new tensor on `device` can take now: the GPU's free memory, or the host's
+    MemAvailable (Linux); None when it cannot be known."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_kv_fits(kv: torch.Tensor, growth: float, slots: int, capacity: int) -> None:
+    """EngineError, before the allocation, when the KV cache `kv` cannot grow by `growth` x (the
+    new tensor beside the old one while it is copied) in the memory left: the process would be
+    killed by the kernel instead, with nothing said and the run lost."""
+    need = int(kv.numel() * kv.element_size() * growth)
+    free = available_bytes(kv.device)
+    if free is None or need <= free:
+        return
+    raise EngineError(
+        f"the KV cache would grow to {capacity} positions for each of {slots} slots: "
+        f"{need / 2**30:.1f} GiB more, and {free / 2**30:.1f} GiB are available on "
+        f"{kv.device.type}. Decode fewer sequences together (`engine.slots` in a run's config; "
+        "`--engine-slots` or `--max-batch` on the command line) "
+        "or cap the sequences' length (agent.max_total_tokens)"
+    )
 
 
 def make_decoder(model: Any, *, slots: int, max_len: int) -> Decoder:
@@ -196,6 +230,7 @@ class LlamaDecoder:
             capacity *= 2
         capacity = min(capacity, self.max_len)
         k, v = self.k, self.v
+        check_kv_fits(self.kv, capacity / self.capacity, self.slots, capacity)
         self._allocate((*k.shape[:3], capacity, self.head_dim))
         self.k[:, :, :, : self.capacity] = k
         self.v[:, :, :, : self.capacity] = v
