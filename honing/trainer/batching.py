@@ -106,6 +106,12 @@ class Sampled:
     dropped: int  # groups without a signal (fewer than two trainable trajectories included)
     process_only: int  # of `kept`, the groups whose outcomes are equal: kept for their turns
 
+    @property
+    def kept_share(self) -> float:
+        """The share of the update's groups kept: 1.0 when it had none (nothing to scale)."""
+        drawn = len(self.kept) + self.dropped
+        return len(self.kept) / drawn if drawn else 1.0
+
 
 def drop_zero_variance(
     groups: Sequence[Group],

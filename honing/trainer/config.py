@@ -149,6 +149,13 @@ class LearnerConfig(StrictModel):
         description="Drop groups whose rewards are all equal (DAPO): they carry no signal "
         "(see keep_process_groups for those whose turns differ).",
     )
+    scale_by_kept: bool = Field(
+        False,
+        description="With dynamic_sampling: take each update's step at lr x the share of its "
+        "groups kept (kept / drawn), so that an update left with one group of eight moves an "
+        "eighth as far, as GRPO's mean over every group's tokens would; off: a full step on "
+        "whatever was kept (docs/training.md, 'Keeping the best checkpoint').",
+    )
     keep_process_groups: bool = Field(
         False,
         description="With dynamic_sampling and process_weight > 0: keep a group whose outcomes "

@@ -264,14 +264,17 @@ class Learner:
         if batch is None or tokens == 0:
             self._zero_grad()
             return self._stats(sums, batch, groups, sampled, stale, 0.0, lr, start, False)
-        grad_norm = self.apply_gradients("learner")
+        scale = sampled.kept_share if cfg.scale_by_kept and cfg.dynamic_sampling else 1.0
+        lr *= scale
+        grad_norm = self.apply_gradients("learner", lr_scale=scale)
         self._watch_gradient(grad_norm, sums.get("loss"))
         return self._stats(sums, batch, groups, sampled, stale, grad_norm, lr, start, True)
 
-    def apply_gradients(self, who: str) -> float:
+    def apply_gradients(self, who: str, lr_scale: float = 1.0) -> float:
         """Clip the accumulated gradient, take one optimiser and schedule step, clear the
         gradient, and count the step (a new policy version); the norm before clipping. The
         value head, when it has a gradient, is clipped apart and steps with its own optimiser.
+        `lr_scale`: this step's learning rate is the schedule's times it (`scale_by_kept`).
         A non-finite norm takes no step and raises FloatingPointError naming `who`."""
         max_norm = self.config.max_grad_norm
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, max_norm))
@@ -283,7 +286,12 @@ class Learner:
                 f"{who}: gradient norm is {grad_norm} (value head: {head_norm}) at update "
                 f"{self.steps}; no step taken. Lower the learning rate, or use dtype float32"
             )
+        scheduled = [group["lr"] for group in self.optimizer.param_groups]
+        for group in self.optimizer.param_groups:
+            group["lr"] *= lr_scale
         self.optimizer.step()
+        for group, lr in zip(self.optimizer.param_groups, scheduled, strict=True):
+            group["lr"] = lr
         self.scheduler.step()
         if head and self.critic is not None:
             self.critic.optimizer.step()

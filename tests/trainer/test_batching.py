@@ -91,6 +91,8 @@ def test_drop_zero_variance_counts_the_dropped_groups() -> None:
     sampled = drop_zero_variance([same, mixed, alone])
     assert [g.group_id for g in sampled.kept] == ["b"]
     assert sampled.dropped == 2 and sampled.process_only == 0
+    assert sampled.kept_share == 1 / 3  # what scale_by_kept multiplies the step's lr by
+    assert drop_zero_variance([]).kept_share == 1.0  # nothing drawn: nothing to scale
     assert torch.equal(batch_from_groups(sampled.kept, pad_id=0).rewards, torch.tensor([1.0, 0.0]))
 
 

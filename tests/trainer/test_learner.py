@@ -234,6 +234,26 @@ def test_dynamic_sampling_drops_and_counts(tiny_model_dir: Path) -> None:
     )
 
 
+def test_scale_by_kept_steps_at_the_kept_share_of_the_learning_rate(tiny_model_dir: Path) -> None:
+    """One group of two kept: the step is taken at lr x 1/2. AdamW's step is linear in the
+    learning rate (decay included), so every weight moves exactly half as far as without the
+    option; the schedule's rate is back for the next update."""
+    groups = groups_of(make_trajs([1.0, 1.0, 0.0, 1.0]), size=2)
+    moved = []
+    for scale in (False, True):
+        learner = Learner(tiny_model_dir, LearnerConfig(scale_by_kept=scale))
+        before = [p.detach().clone() for p in learner.parameters]
+        stats = learner.update(groups)
+        assert stats.stepped and stats.dropped_groups == 1
+        assert stats.lr == pytest.approx(learner.config.lr * (0.5 if scale else 1.0))
+        assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(learner.config.lr)
+        moved.append([p.detach() - b for p, b in zip(learner.parameters, before, strict=True)])
+    assert any(float(d.abs().max()) > 0 for d in moved[0])
+    off = sum(float((s - 0.5 * f).abs().sum()) for f, s in zip(*moved, strict=True))
+    total = sum(float((0.5 * f).abs().sum()) for f in moved[0])
+    assert off / total < 1e-3  # the rest is fp32 rounding of weights near 1 (norms)
+
+
 def test_zero_gradient_warns_after_several_updates(
     tiny_model_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
