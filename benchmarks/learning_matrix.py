@@ -103,13 +103,15 @@ def outcome(recipe: str, result: dict[str, Any]) -> Outcome:
 
 def exploration(recipe: str, updates: list[dict[str, Any]]) -> str | None:
     """What the warm start left to learn from, by the run's first update (metrics.jsonl's
-    lines): its entropy per token and its groups with reward variance; None without one."""
+    lines): its sampled tokens' entropy per token (the learner's, in runs from before that was
+    recorded) and its groups with reward variance; None without one."""
     if not updates:
         return None
     learner = updates[0].get("learner") or {}
     groups = int(learner.get("groups", 0))
     varied = groups - int(learner.get("dropped_groups", 0))
-    entropy = learner.get("entropy")
+    # the sampled tokens' entropy (every group); the learner's covers only the groups it kept
+    entropy = (updates[0].get("signal") or {}).get("sampled_entropy", learner.get("entropy"))
     shown = "n/a" if entropy is None else f"{float(entropy):.3f}"
     return (
         f"  {recipe} after the warm start: entropy {shown} per token; groups with reward "

@@ -393,6 +393,11 @@ class Signal:
     all_solved: int  # ... of them, every judged sample successful
     reward_mean: float | None  # over the update's judged episodes; None: there are none
     reward_std: float | None  # ... (population std)
+    # The sampling distribution's entropy per model token, estimated over every judged episode
+    # (dropped groups too) as the mean of -log p of the sampled tokens (the engine's logprobs,
+    # at the sampling temperature); None without model tokens. The learner's `entropy` covers
+    # only the groups it kept, and nothing when it kept none.
+    sampled_entropy: float | None = None
 
     @property
     def zero_variance_share(self) -> float:
@@ -408,6 +413,8 @@ class Signal:
         }
         if self.reward_std is not None:
             scalars["train/reward_std"] = self.reward_std
+        if self.sampled_entropy is not None:
+            scalars["signal/sampled_entropy"] = self.sampled_entropy
         return scalars
 
 
@@ -426,6 +433,8 @@ def learning_signal(groups: Sequence[Group], risk_weight: float = 0.0) -> Signal
     zero = [g for g in kept if len({value(t) for t in g}) == 1]
     mean = _mean(flat) if flat else None
     std = None if mean is None else (sum((r - mean) ** 2 for r in flat) / len(flat)) ** 0.5
+    surprise = [-lp for g in kept for t in g
+                for lp, m in zip(t.logprobs, t.loss_mask, strict=False) if m]  # fmt: skip
     return Signal(
         groups=len(kept),
         zero_variance=len(zero),
@@ -433,6 +442,7 @@ def learning_signal(groups: Sequence[Group], risk_weight: float = 0.0) -> Signal
         all_solved=sum(1 for g in zero if all(t.success for t in g)),
         reward_mean=mean,
         reward_std=std,
+        sampled_entropy=_mean(surprise) if surprise else None,
     )
 
 

@@ -131,7 +131,10 @@ def publish_update(
 def warn_update(record: UpdateRecord, signals: Sequence[Signal], stats: LearnerStats) -> None:
     """Log and emit an update's warnings: a learning signal starved for several updates, and
     an update whose every episode the infrastructure failed."""
-    warnings = [signal_warning(signals, stats.entropy if stats.stepped else None)]
+    entropy = stats.entropy if stats.stepped else None
+    if entropy is None and signals:  # no step: what the episodes' own tokens say
+        entropy = signals[-1].sampled_entropy
+    warnings = [signal_warning(signals, entropy)]
     if record.episodes and record.infra_errors == record.episodes:
         warnings.append(
             f"the infrastructure failed all {record.episodes} episodes of update "

@@ -101,3 +101,9 @@ def test_the_exploration_line_reads_the_first_updates_entropy_and_varied_groups(
         "  tools after the warm start: entropy 0.313 per token; groups with reward variance 2/6"
     )
     assert bench.exploration("tools", []) is None
+    # the sampled tokens' entropy when recorded: it covers the groups the learner dropped too
+    starved = [{"step": 1, "learner": {"entropy": 0.0, "groups": 6, "dropped_groups": 6},
+                "signal": {"sampled_entropy": 0.0213}}]  # fmt: skip
+    assert bench.exploration("sql", starved) == (
+        "  sql after the warm start: entropy 0.021 per token; groups with reward variance 0/6"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -233,6 +234,25 @@ def test_learning_signal_leaves_infrastructure_failures_out() -> None:
     mean = sum(rewards) / 4  # 0.75
     assert s.reward_mean == mean
     assert s.reward_std == pytest.approx((sum((r - mean) ** 2 for r in rewards) / 4) ** 0.5)
+
+
+def test_the_sampled_entropy_is_the_mean_surprise_of_every_judged_groups_model_tokens() -> None:
+    """-log p of each sampled model token (prompt and observation tokens, mask 0, left out),
+    over the groups dynamic sampling drops as well as those it keeps; an infrastructure
+    failure's tokens are not judged."""
+
+    def sampled(logprobs: list[float], mask: list[int], reward: float, **kw: Any) -> Trajectory:
+        return Trajectory(task_id="t", domain="math", reward=reward, success=reward > 0,
+                          logprobs=logprobs, loss_mask=mask, **kw)  # fmt: skip
+
+    same = Group("t", "a", [sampled([0.0, -0.5, -1.5], [0, 1, 1], 1.0),
+                            sampled([0.0, -1.0], [0, 1], 1.0)])  # fmt: skip
+    mixed = Group("t", "b", [sampled([-2.0, 0.0], [1, 0], 1.0), sampled([-9.0], [1], 0.0,
+                             ending=Ending.INFRA_ERROR), sampled([-3.0], [1], 0.0)])  # fmt: skip
+    s = learning_signal([same, mixed])
+    assert s.sampled_entropy == pytest.approx((0.5 + 1.5 + 1.0 + 2.0 + 3.0) / 5)  # 1.6
+    assert s.scalars()["signal/sampled_entropy"] == pytest.approx(1.6)
+    assert learning_signal([group([1.0, 0.0], [True, False])]).sampled_entropy is None
 
 
 def signal(zero: int, failed: int = 0, solved: int = 0, groups: int = 4) -> Signal:
