@@ -197,6 +197,9 @@ class _Episode:
                  sample: int, group_id: str) -> None:  # fmt: skip
         self.task, self.env, self.engine, self.config = task, env, engine, config
         self.gate, self.on_step = gate, on_step
+        # Which context this is among several of one episode (a team's roles, a validator's K
+        # verdicts): part of each turn's seed, so that seeded contexts do not sample alike.
+        self.seat = ""
         dataset = task.metadata.get("dataset")
         self.traj = Trajectory(
             task_id=task.id, domain=task.domain, sample=sample, group_id=group_id,
@@ -291,8 +294,10 @@ class _Episode:
         if sampling.max_new_tokens > left:
             update["max_new_tokens"] = left
         if sampling.seed is not None:
-            # One seed per (task, sample, turn): reproducible, yet the samples of a group differ.
-            key = f"{sampling.seed}/{self.task.id}/{self.traj.sample}/{len(self.traj.turns)}"
+            # One seed per (task, sample, seat, turn): reproducible, yet the samples of a group
+            # (and a team's contexts) differ.
+            seat = f"{self.seat}/" if self.seat else ""
+            key = f"{sampling.seed}/{self.task.id}/{self.traj.sample}/{seat}{len(self.traj.turns)}"
             update["seed"] = int.from_bytes(hashlib.sha256(key.encode()).digest()[:7], "big")
         return sampling.model_copy(update=update) if update else sampling
 

@@ -459,12 +459,14 @@ class _Team:
         self.sampled: list[list[Review]] = []
         self.plan = ""
 
-    def _fresh_seat(self, kind: str) -> _Episode:
-        """A new context for role `kind`: its own trajectory, nothing said yet."""
+    def _fresh_seat(self, kind: str, name: str = "") -> _Episode:
+        """A new context for role `kind`: its own trajectory, nothing said yet. `name` tells
+        it from the role's other contexts (one of K verdicts) in its sampling seeds."""
         plays, config = self.plays[kind]
         seat = _Episode(self.task, self.env, plays, config, self.gate, None, self.sample,
                         self.group_id)  # fmt: skip
         seat.traj.role = self.roles[kind].role
+        seat.seat = "/".join(p for p in ("" if kind == "executor" else kind, name) if p)
         return seat
 
     async def run(self) -> Trajectory:
@@ -567,7 +569,8 @@ class _Team:
         if self.team.verdicts == 1:
             replies = [await self._consult("validator", request)]
         else:
-            seats = [self._fresh_seat("validator") for _ in range(self.team.verdicts)]
+            seats = [self._fresh_seat("validator", f"review{len(self.samples)}/{k}")
+                     for k in range(self.team.verdicts)]  # fmt: skip
             # With tools the checks share the environment: one at a time. Without, together
             # (the engine batches them).
             if checks:

@@ -324,6 +324,39 @@ async def test_verdicts_sampled_on_one_submission_are_the_validators_group(
 
 
 @ON_MODULE_LOOP
+async def test_seeded_verdicts_on_one_submission_sample_with_seeds_of_their_own(
+    module_pool: SandboxPool, tok: Any, product: AnyTask
+) -> None:
+    """With a sampling seed (a deterministic run), each of the K verdicts on one submission,
+    and each role, samples with its own seed: K fresh contexts that shared one seed would say
+    the same thing, and the validator's group would never vary. Reproducible: a second episode
+    asks for the same seeds."""
+    team = TeamConfig.model_validate({"roles": [{"kind": "executor"}, {"kind": "validator"}],
+                                      "verdicts": 3})  # fmt: skip
+    agent = AGENT.model_copy(update={"sampling": AGENT.sampling.model_copy(update={"seed": 7})})
+
+    async def seeds() -> list[int | None]:
+        engine = team_engine(tok, executor=[call("answer", value="29842")],
+                             validator=["ACCEPT"])  # fmt: skip
+        asked: list[int | None] = []
+        generate = engine.generate
+
+        async def recording(prompts: Any, sampling: SamplingParams) -> Any:
+            asked.extend([sampling.seed] * len(prompts))
+            return await generate(prompts, sampling)
+
+        engine.generate = recording  # type: ignore[method-assign]
+        env = make_env("math", module_pool, EnvConfig(max_steps=agent.max_turns))
+        await run_team_episode(product, env, engine, team, agent)
+        return asked
+
+    first = await seeds()
+    assert len(first) == 4  # the executor's answer, then three verdicts
+    assert None not in first and len(set(first)) == 4, first
+    assert await seeds() == first
+
+
+@ON_MODULE_LOOP
 async def test_the_validators_checks_run_on_the_submission_and_are_shown_with_it(
     module_pool: SandboxPool, tok: Any, slugify: AnyTask
 ) -> None:

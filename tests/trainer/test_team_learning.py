@@ -13,6 +13,12 @@ Checked by hand once (2026-12-06): as written, the training batches' accuracy we
 over the 10 updates and the test passed. With the checks removed (the validator shown the code
 alone, as a review without evidence is), accuracy stayed at 0.48-0.52 (the verdict collapsed to
 one answer per fix) and the test failed, (0.58, 0.50).
+
+The verdicts are sampled with seeds (`SEED`): unseeded, each request drew its seed in the order
+requests reached the engine, which the sandbox's timing changes, and one CI host in several saw
+the verdicts collapse to one answer (0.55 -> 0.50). Seeded (2026-12-06, 2-core AMD EPYC), seeds
+0-4 all passed: before -> after 0.66 -> 1.00, 0.38 -> 0.95, 0.58 -> 1.00, 0.47 -> 0.84,
+0.44 -> 0.95.
 """
 
 from __future__ import annotations
@@ -54,7 +60,11 @@ TEAM = TeamConfig.model_validate({
     "verdicts": K,
     "rewards": {"validator_outcome": 0.0, "verdict": 1.0},
 })  # fmt: skip
-AGENT = AgentConfig(sampling=SamplingParams(max_new_tokens=512, temperature=1.0), max_turns=1)
+# Seeded: each verdict samples with a seed of its own (task, sample, seat, turn), not one drawn
+# in the order requests reach the engine, which a sandbox's timing changes from host to host.
+SEED = 2
+AGENT = AgentConfig(sampling=SamplingParams(max_new_tokens=512, temperature=1.0, seed=SEED),
+                    max_turns=1)  # fmt: skip
 
 
 # name: (right body, wrong body, a test). The two fixes of a task differ by a token or two, so
