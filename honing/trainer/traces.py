@@ -58,6 +58,58 @@ class TraceError(HoningError):
     """Reference episodes that did not end with outcome 1 (or could not be played)."""
 
 
+@dataclass(frozen=True)
+class TraceBudget:
+    """What reference traces ask of an agent's budget: a policy trained on them must write each
+    assistant turn within `max_new_tokens` (and its end token) and the whole within `max_turns`,
+    or the episodes it learned from are ones it can never finish."""
+
+    traces: int
+    longest: int  # tokens of the longest assistant turn, its end token included
+    turns: int  # the most assistant turns of one trace
+    too_long: list[str]  # ids of the traces with a turn over max_new_tokens
+    too_many: list[str]  # ids of the traces with more turns than max_turns
+
+    def warning(self, max_new_tokens: int, max_turns: int) -> str | None:
+        """What to change, or None when every trace fits."""
+        parts = []
+        if self.too_long:
+            parts.append(
+                f"{len(self.too_long)} of {self.traces} reference traces have a turn longer than "
+                f"agent.max_new_tokens ({max_new_tokens}; the longest needs {self.longest} "
+                f"tokens with its end token, e.g. {', '.join(self.too_long[:3])}): raise "
+                f"agent.max_new_tokens to at least {self.longest}"
+            )
+        if self.too_many:
+            parts.append(
+                f"{len(self.too_many)} of {self.traces} reference traces take more turns than "
+                f"agent.max_turns ({max_turns}; up to {self.turns}, e.g. "
+                f"{', '.join(self.too_many[:3])}): raise agent.max_turns to {self.turns}"
+            )
+        if not parts:
+            return None
+        return "; ".join(parts) + " (the policy is taught episodes it cannot finish)"
+
+
+def trace_budget(
+    traces: Sequence[Trace], tokenizer: Any, max_new_tokens: int, max_turns: int
+) -> TraceBudget:
+    """The budget `traces` need (`TraceBudget`): each assistant text tokenised as the model
+    writes it, plus its end token."""
+    longest, turns = 0, 0
+    too_long: list[str] = []
+    too_many: list[str] = []
+    for trace in traces:
+        sizes = [len(tokenizer.encode(text, add_special_tokens=False)) + 1
+                 for text in trace.actions]  # fmt: skip
+        longest, turns = max([longest, *sizes]), max(turns, len(sizes))
+        if any(size > max_new_tokens for size in sizes):
+            too_long.append(trace.task_id)
+        if len(sizes) > max_turns:
+            too_many.append(trace.task_id)
+    return TraceBudget(len(traces), longest, turns, too_long, too_many)
+
+
 def action_text(action: Action) -> str:
     """An action as the model would write it: its content, then its calls in the call format."""
     calls = tool_call_text([(c.name, c.arguments) for c in action.tool_calls])

@@ -7,13 +7,17 @@ reference solutions (`risky_share` of those with a risky path: that path) throug
 environments (`honing.trainer.traces`), rendered exactly as the agent loop renders rollouts
 (with `team:`, every role's turns of the tasks played by a scripted team instead,
 `honing.trainer.team_traces`);
-with `warm_start.data`, a chat JSONL file. The model is trained with the run's learner settings
-(LoRA or full) at the warm start's learning rate and saved merged (`honing.trainer.sft`); RL
+with `warm_start.data`, a chat JSONL file. Reference traces that the agent's budget cannot
+produce (a turn over `agent.max_new_tokens`, more turns than `agent.max_turns`) are warned about
+with the value that fits: the policy would be taught episodes it can never finish. The model is
+trained with the run's learner settings (LoRA or full) at the warm start's learning rate and
+saved merged (`honing.trainer.sft`); RL
 then starts from it with a fresh adapter and optimiser; the run's agent settings are saved beside
 it (`honing_agent.json`), so `honing eval --policy model:RUN/warm_start/model` plays it as the run
 does. `RUN/warm_start/done.json` marks it finished, so a resumed run reuses it.
 
-Not covered: warm starts that mix several data sources, or evaluation during SFT.
+Not covered: warm starts that mix several data sources, or evaluation during SFT; the budget
+check of a `data` file or of a team's traces (per-role budgets).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from honing.trainer.run_dir import DONE_FILE, WARM_DIR, RunDir
 from honing.trainer.sft import SftConfig, run_sft
 from honing.trainer.sources import load_source
 from honing.trainer.team_traces import write_team_traces
-from honing.trainer.traces import risky_choice, write_traces
+from honing.trainer.traces import risky_choice, trace_budget, write_traces
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +100,12 @@ async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
                     sum(t.risky for t in traces),
                     data,
                 )
+                agent = config.agent
+                budget = trace_budget(traces, load_tokenizer(resolve_model(config.model)),
+                                      agent.max_new_tokens, agent.max_turns)  # fmt: skip
+                warning = budget.warning(agent.max_new_tokens, agent.max_turns)
+                if warning is not None:
+                    log.warning("warm start: %s", warning)
     assert data is not None
     learner = config.learner.model_copy(
         update={"lr": settings.lr, "warmup_steps": 0, "schedule": "constant"}

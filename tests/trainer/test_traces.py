@@ -26,6 +26,7 @@ from honing.tasks.synthetic import (
     generate_code_repair_tasks,
     generate_code_tasks,
     generate_math_tasks,
+    generate_sql_tasks,
     generate_tools_tasks,
 )
 from honing.trainer.sft import ChatExample, load_chat_data, tokenize_example
@@ -33,6 +34,7 @@ from honing.trainer.traces import (
     Trace,
     TraceError,
     reference_traces,
+    trace_budget,
     trace_plan,
     write_traces,
 )
@@ -200,3 +202,44 @@ async def test_a_reference_that_does_not_solve_its_task_is_an_error_naming_it(
     assert not (tmp_path / "t.jsonl").exists()  # nothing written when one fails
     [trace] = await reference_traces([bad], pool, calculator_first=True)  # via the calculator
     assert trace.outcome == 1.0 and trace.calculator
+
+
+class _Words:
+    """A tokenizer of whitespace-separated words, for hand-counted budgets."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[str]:
+        assert not add_special_tokens
+        return text.split()
+
+
+def test_the_budget_names_the_traces_the_agent_could_not_write() -> None:
+    traces = [
+        Trace("short", [], [], 1.0, actions=["a b", "c"]),  # turns of 3 and 2 tokens
+        Trace("long", [], [], 1.0, actions=["a b c d e"]),  # 6 with its end token
+        Trace("many", [], [], 1.0, actions=["a", "b", "c"]),  # three turns
+    ]
+    budget = trace_budget(traces, _Words(), max_new_tokens=5, max_turns=2)
+    assert (budget.traces, budget.longest, budget.turns) == (3, 6, 3)
+    assert (budget.too_long, budget.too_many) == (["long"], ["many"])
+    warning = budget.warning(5, 2)
+    assert warning is not None
+    assert "1 of 3 reference traces have a turn longer than agent.max_new_tokens (5" in warning
+    assert "raise agent.max_new_tokens to at least 6" in warning
+    assert "raise agent.max_turns to 3" in warning
+    assert trace_budget(traces, _Words(), 6, 3).warning(6, 3) is None  # exactly enough fits
+
+
+@MODULE_LOOP
+async def test_sql_references_need_more_than_128_new_tokens(
+    pool: SandboxPool, tiny_model_dir: Path
+) -> None:
+    """The sql recipe once gave its agent 128 tokens a turn: its `change` and `reconciliation`
+    answers (the number and the query that computes it) need ~155, so two of its six families
+    could never be answered. The budget check says so, with the value that fits."""
+    tasks = generate_sql_tasks(12, 13)  # two of each family
+    traces = await reference_traces(tasks, pool, system_prompt="", restate=False)
+    budget = trace_budget(traces, load_tokenizer(tiny_model_dir), 128, 3)
+    families = {t.id: t.metadata["family"] for t in tasks}
+    assert {families[i] for i in budget.too_long} == {"change", "reconciliation"}
+    assert 128 < budget.longest <= 176 and not budget.too_many
+    assert trace_budget(traces, load_tokenizer(tiny_model_dir), 176, 3).warning(176, 3) is None

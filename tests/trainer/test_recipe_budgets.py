@@ -1,0 +1,61 @@
+"""Every recipe in examples/ with a reference-trace warm start gives its agent the budget its
+references need: each assistant turn of a warm-start or training task's reference, played
+through the real environment, fits `agent.max_new_tokens` (its end token included) and
+`agent.max_turns`. A recipe whose budget cuts a family's answers teaches the policy episodes it
+can never finish, and its RL cannot learn that family: the sql recipe gave 128 tokens to
+answers of up to 156, and two of its six families stayed at 0%.
+
+The first tasks of each set are played (the generators cycle through their families, so every
+family is among them); a longer reference deep in a set is the warm start's own warning's to
+catch (`honing.trainer.warm`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from honing.config import load_yaml_model, read_yaml_mapping
+from honing.rollout.models import load_tokenizer
+from honing.sandbox import SandboxPool
+from honing.trainer.distill import DistillConfig
+from honing.trainer.run_config import TrainConfig
+from honing.trainer.sources import load_source
+from honing.trainer.traces import reference_traces, trace_budget
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PLAYED = 24  # tasks of each set
+RECIPES = sorted(  # per-role budgets (a team's) are not covered
+    path.name
+    for path in EXAMPLES.glob("*.yaml")
+    if isinstance(warm := read_yaml_mapping(path).get("warm_start"), dict)
+    and warm.get("traces") is not None
+    and "team" not in read_yaml_mapping(path)
+)
+
+
+def test_the_recipes_with_reference_warm_starts_are_found() -> None:
+    assert {"quickstart.yaml", "sql.yaml", "tools.yaml", "code_repair.yaml"} <= set(RECIPES)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("recipe", RECIPES)
+async def test_the_recipes_agent_budget_fits_its_references(
+    recipe: str, module_pool: SandboxPool, tiny_model_dir: Path
+) -> None:
+    path = EXAMPLES / recipe
+    if "teacher" in read_yaml_mapping(path):  # honing distill's file: a train config within
+        config = load_yaml_model(path, DistillConfig, []).train_config("default")
+    else:
+        config = load_yaml_model(path, TrainConfig, [])
+    assert config.warm_start is not None and config.warm_start.traces is not None
+    sources = [config.warm_start.traces, *config.train.values()]
+    tasks = [t for spec in sources for t in load_source("recipe", spec).tasks[:PLAYED]]
+    traces = await reference_traces(tasks, module_pool, system_prompt=config.agent.system_prompt,
+                                    env_config=config.env_config,
+                                    restate=config.agent.restate)  # fmt: skip
+    agent = config.agent
+    # SmolLM2's tokenizer, as the recipes' default model has
+    budget = trace_budget(traces, load_tokenizer(tiny_model_dir), agent.max_new_tokens,
+                          agent.max_turns)  # fmt: skip
+    assert budget.warning(agent.max_new_tokens, agent.max_turns) is None, recipe
