@@ -8,6 +8,8 @@ actions itself; it tokenises exactly like the agent's trajectory of the same act
 is played in the sandbox and must end with outcome 1. `calculator_first` plays arithmetic math
 tasks as a calculator call, then the answer; `risky_share` plays that share of the tasks that
 have a `metadata.risky_reference` from it instead (docs/training.md, "The modules in detail").
+`trace_budget(traces, tokenizer, max_new_tokens, max_turns)` says whether an agent's budget can
+write them (a longer turn is cut mid-call: the policy would learn episodes it cannot finish).
 Not covered: traces sampled from a model (use rollouts and the store), reasoning text before the
 calls (the assistant messages are calls only, plus whatever content the reference action has).
 """

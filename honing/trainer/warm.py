@@ -11,10 +11,10 @@ with `warm_start.data`, a chat JSONL file. Reference traces that the agent's bud
 produce (a turn over `agent.max_new_tokens`, more turns than `agent.max_turns`) are warned about
 with the value that fits: the policy would be taught episodes it can never finish. The model is
 trained with the run's learner settings (LoRA or full) at the warm start's learning rate and
-saved merged (`honing.trainer.sft`); RL
-then starts from it with a fresh adapter and optimiser; the run's agent settings are saved beside
-it (`honing_agent.json`), so `honing eval --policy model:RUN/warm_start/model` plays it as the run
-does. `RUN/warm_start/done.json` marks it finished, so a resumed run reuses it.
+saved merged (`honing.trainer.sft`); RL then starts from it with a fresh adapter and optimiser;
+the run's agent settings are saved beside it (`honing_agent.json`), so `honing eval --policy
+model:RUN/warm_start/model` plays it as the run does. `RUN/warm_start/done.json` marks it
+finished, so a resumed run reuses it.
 
 Not covered: warm starts that mix several data sources, or evaluation during SFT; the budget
 check of a `data` file or of a team's traces (per-role budgets).
