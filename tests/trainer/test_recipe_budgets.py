@@ -25,13 +25,17 @@ from honing.trainer.traces import reference_traces, trace_budget
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PLAYED = 24  # tasks of each set
-RECIPES = sorted(  # per-role budgets (a team's) are not covered
-    path.name
-    for path in EXAMPLES.glob("*.yaml")
-    if isinstance(warm := read_yaml_mapping(path).get("warm_start"), dict)
-    and warm.get("traces") is not None
-    and "team" not in read_yaml_mapping(path)
-)
+
+
+def _plays_references(path: Path) -> bool:
+    """A recipe whose warm start plays reference traces, outside a team (per-role budgets are
+    not covered)."""
+    recipe = read_yaml_mapping(path)
+    warm = recipe.get("warm_start")
+    return isinstance(warm, dict) and warm.get("traces") is not None and "team" not in recipe
+
+
+RECIPES = sorted(path.name for path in EXAMPLES.glob("*.yaml") if _plays_references(path))
 
 
 def test_the_recipes_with_reference_warm_starts_are_found() -> None:
