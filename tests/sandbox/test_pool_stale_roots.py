@@ -255,14 +255,19 @@ async def test_a_pool_in_another_pid_namespace_leaves_a_live_pool_alone(
 
 
 def _wait_until_dead(pid: int, timeout_s: float = 30.0) -> None:
-    """Until `pid` has exited (gone, or a zombie: its files are closed either way)."""
+    """Until every thread of `pid` has exited (gone, or a zombie leader with no thread left).
+
+    The leader of a killed process can be a zombie while its other threads are still exiting,
+    and the last of them closes the files (the pool's lock among them): the leader's state
+    alone says too early that the lock is free."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+            threads = os.listdir(f"/proc/{pid}/task")
         except (OSError, IndexError):
             return
-        if state in ("Z", "X"):
+        if state in ("Z", "X") and threads == [str(pid)]:
             return
         time.sleep(0.02)
     raise AssertionError(f"process {pid} still running {timeout_s} s after SIGKILL")
