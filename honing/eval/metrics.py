@@ -8,6 +8,7 @@
     trajectory(episodes)          tier 2: steps to success, failure loops, recovery, rollback use
     end_to_end(episodes, ks)      tier 3: success rate and pass@k, infrastructure failures apart
     tiers(episodes, ks)           all three; `by_domain` / `by_tag` group episodes first
+    criteria_met(steps)           the judge's per-criterion verdicts (`met:*`), graded progress
 
 Everything comes from recorded `StepResult`s, whatever the domain; docs/envs.md ("Evaluation")
 defines success, infrastructure failure, well-formed and useful steps, loops and recovery. Not
@@ -30,6 +31,7 @@ LIMITS = frozenset(
     {FailureReason.STEP_LIMIT, FailureReason.STEP_TIMEOUT, FailureReason.EPISODE_TIMEOUT}
 )
 ROLLBACK_TOOL = "rollback"
+CRITERION_PREFIX = "met:"  # a judge's verdict on one criterion of the outcome (structure's)
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,23 @@ def end_to_end(episodes: Sequence[Episode], ks: Iterable[int]) -> EndToEnd:
         risky=risky,
         risk_rate=risky / len(judged) if judged else None,
     )
+
+
+def criteria_met(steps: Sequence[Step]) -> dict[str, bool]:
+    """The judge's verdict on each criterion (`met:<name>` components, without the prefix) at
+    the last step that reported any: how close an unsolved episode came. {} when no step did (a
+    domain without criteria, or an episode never judged).
+
+    Steps reporting {met:iou: 0}, {built: 1}, {met:iou: 1, met:dims: 0} give
+    {"iou": True, "dims": False}: the last judgement counts, a step without one is skipped.
+    """
+    for step in reversed(steps):
+        met = {name[len(CRITERION_PREFIX) :]: value == 1.0
+               for name, value in step.result.components.items()
+               if name.startswith(CRITERION_PREFIX)}  # fmt: skip
+        if met:
+            return met
+    return {}
 
 
 # -- tier 1: single step -----------------------------------------------------------------------

@@ -7,7 +7,8 @@ sets that fell below their best after a phase reported as forgetting.
 
 The sets are the run's held-out sources with every task that training or the warm start asks
 left out (`honing.trainer.sources.heldout_sets`); each is played with the three tiers of
-`honing eval`, its point appended to the run's evals.jsonl, the event log and the sinks. A run
+`honing eval`, its point appended to the run's evals.jsonl, the event log and the sinks (with
+the judge's criteria met, `met:*`, where a domain reports them: graded progress). A run
 with a `team:` plays them as that team (what it trains), the tiers counting the executor's steps
 that stand; each role's episodes are logged, and the team's figures (`eval/<set>/team/*`).
 The validation sets (`validation:`) are played the same way by a `HeldOut(..., validation=True)`:
@@ -24,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from honing.config import StrictModel
-from honing.eval.metrics import Episode
+from honing.eval.metrics import Episode, criteria_met
 from honing.eval.model import EnginePlayer, TeamPlayer
 from honing.eval.runner import evaluate
 from honing.observe.events import emit
@@ -76,6 +77,16 @@ def percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
 
 
+def _criteria_text(point: EvalPoint) -> str:
+    """`; criteria met 17% (lowest: surface 1%, volume 7%, iou 8%)`, or "" without criteria."""
+    share = point.criteria_share
+    if share is None:
+        return ""
+    rates = sorted((met / judged, name) for name, (met, judged) in point.criteria.items())
+    lowest = ", ".join(f"{name} {percent(rate)}" for rate, name in rates[:3])
+    return f"; criteria met {percent(share)} (lowest: {lowest})"
+
+
 class _EvalProgress:
     """Logs an evaluation's progress at each quarter (and shows it live, when shown)."""
 
@@ -83,6 +94,7 @@ class _EvalProgress:
         self.name, self.total, self.live = name, total, live
         self.done = self.passed = self.infra = 0
         self.outcomes: dict[str, bool] = {}  # TASK#SAMPLE -> solved, judged episodes only
+        self.verdicts: list[dict[str, bool]] = []  # per judged episode: criterion -> met
 
     def __call__(self, episode: Episode) -> None:
         self.done += 1
@@ -90,11 +102,18 @@ class _EvalProgress:
         self.infra += int(episode.infra_failed)
         if not episode.infra_failed:
             self.outcomes[f"{episode.task_id}#{episode.sample}"] = episode.success
+            self.verdicts.append(criteria_met(episode.steps))
         if self.live is not None:
             self.live.activity(f"eval {self.name} {self.done}/{self.total}")
         if self.done % max(1, self.total // 4) == 0 and self.done < self.total:
             log.info("eval %s: %d/%d episodes, %d passed, infra failures %d", self.name,
                      self.done, self.total, self.passed, self.infra)  # fmt: skip
+
+    def criteria(self) -> dict[str, tuple[int, int]]:
+        """Criterion -> (met, judged episodes): an episode never compared meets none."""
+        names = sorted({name for verdicts in self.verdicts for name in verdicts})
+        judged = len(self.verdicts)
+        return {n: (sum(v.get(n, False) for v in self.verdicts), judged) for n in names}
 
 
 class HeldOut:
@@ -173,11 +192,12 @@ class HeldOut:
                 risky=e2e.risky,
                 outcomes=progress.outcomes,
                 by_tag=tag_scores(progress.outcomes, {t.id: t.tags for t in taskset.tasks}),
+                criteria=progress.criteria(),
             )
             unseen = point.by_tag.get(UNSEEN_TAG)
             log.info(
-                "%s %s (%s): success %s (%d/%d; infra failures %d)%s, well-formed actions %s, "
-                "risky episodes %s (%d), %.1f steps per episode, in %.0f s",
+                "%s %s (%s): success %s (%d/%d; infra failures %d)%s%s, well-formed actions "
+                "%s, risky episodes %s (%d), %.1f steps per episode, in %.0f s",
                 self.kind,
                 name,
                 phase,
@@ -189,6 +209,7 @@ class HeldOut:
                 f"({unseen[0]}/{unseen[1]})"
                 if unseen and unseen[1]
                 else "",
+                _criteria_text(point),
                 percent(point.well_formed),
                 percent(point.risk_rate),
                 point.risky,
@@ -201,6 +222,8 @@ class HeldOut:
             emit(self.kind, step, **point.model_dump(mode="json", exclude={"step", "outcomes"}))
             scalars = eval_scalars(name, point.success, point.well_formed, point.risk_rate,
                                    prefix=self.kind)  # fmt: skip
+            if point.criteria_share is not None:
+                scalars[f"{self.kind}/{name}/criteria_met"] = point.criteria_share
             if isinstance(player, TeamPlayer):
                 team = team_scalars(player.trajectories, prefix=f"{self.kind}/{name}/team")
                 log.info("%s %s (%s): team %s", self.kind, name, phase,

@@ -80,6 +80,19 @@ class EvalPoint(StrictModel):
         default_factory=dict,
         description="Task tag -> (passed, judged) over the episodes of the tasks with that tag.",
     )
+    criteria: dict[str, tuple[int, int]] = Field(
+        default_factory=dict,
+        description="The judge's criterion (a `met:<name>` component: structure's iou, dims, "
+        "...) -> (met, judged) over the judged episodes, one never compared counting as not "
+        "met: graded progress where success is rare. {} for a domain without criteria.",
+    )
+
+    @property
+    def criteria_share(self) -> float | None:
+        """The mean over criteria of the share of judged episodes that met it (None without
+        criteria)."""
+        rates = [met / judged for met, judged in self.criteria.values() if judged]
+        return sum(rates) / len(rates) if rates else None
 
     @property
     def label(self) -> str:

@@ -12,6 +12,7 @@ from honing.eval.metrics import (
     Step,
     by_domain,
     by_tag,
+    criteria_met,
     end_to_end,
     failure_loops,
     pass_at_k,
@@ -178,3 +179,19 @@ def test_groups_by_domain_and_tag() -> None:
     c = episode(NOOP, task="c", domain="code")
     assert by_domain([a, b, c]) == {"code": [a, c], "sql": [b]}
     assert by_tag([a, b, c]) == {"easy": [a], "py": [a, b]}  # b once, c has no tag
+
+
+def test_criteria_met_reads_the_last_judgement_and_skips_steps_without_one() -> None:
+    first = step({"met:iou": 0.0, "met:dims": 0.0})
+    built = step({"built": 1.0, "watertight": 1.0})  # no verdict: skipped, not read as unmet
+    second = step({"met:iou": 1.0, "met:dims": 0.0, "outcome": 0.0})
+    assert criteria_met([first, built, second]) == {"iou": True, "dims": False}
+    assert criteria_met([second, built]) == {"iou": True, "dims": False}
+    assert criteria_met([first]) == {"iou": False, "dims": False}
+
+
+def test_criteria_met_is_empty_for_a_domain_without_criteria_or_an_unjudged_episode() -> None:
+    assert criteria_met([WIN, LOSE]) == {}
+    assert criteria_met([]) == {}
+    # a partial value is not a criterion met (a verdict is 1.0 or it is not met)
+    assert criteria_met([step({"met:iou": 0.5})]) == {"iou": False}
