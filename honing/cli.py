@@ -662,6 +662,14 @@ def _print_eval(result: EvalReport) -> None:
                   highlight=False)  # fmt: skip
     console.print(outcome)
     console.print(steps)
+    e2e = result.end_to_end
+    if e2e.criteria_share is not None:
+        each = ", ".join(f"{name} {met}/{judged}" for name, (met, judged) in e2e.criteria.items())
+        console.print(
+            f"criteria met (the judge's, at each judged episode's last verdict): "
+            f"{_rate(e2e.criteria_share)} on average; {each}",
+            highlight=False,
+        )
     failures = ", ".join(f"{k} {v}" for k, v in result.single_step.failures.items()) or "none"
     err.print(f"step failures: {failures}; {result.elapsed_s:.1f}s", highlight=False)
 

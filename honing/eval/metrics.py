@@ -8,7 +8,8 @@
     trajectory(episodes)          tier 2: steps to success, failure loops, recovery, rollback use
     end_to_end(episodes, ks)      tier 3: success rate and pass@k, infrastructure failures apart
     tiers(episodes, ks)           all three; `by_domain` / `by_tag` group episodes first
-    criteria_met(steps)           the judge's per-criterion verdicts (`met:*`), graded progress
+    criteria_met(steps)           the judge's per-criterion verdicts (`met:*`), graded progress;
+                                  `end_to_end` counts them over the judged episodes (`criteria`)
 
 Everything comes from recorded `StepResult`s, whatever the domain; docs/envs.md ("Evaluation")
 defines success, infrastructure failure, well-formed and useful steps, loops and recovery. Not
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from honing.envs.base import Action, Environment, FailureReason, Observation, StepResult
 
@@ -112,6 +113,14 @@ class EndToEnd:
     tasks: int
     risky: int = 0  # judged episodes that took at least one risky action (honing.risk)
     risk_rate: float | None = None  # their share of the judged episodes
+    # the judge's criterion -> (judged episodes that met it at their last judgement, judged
+    # episodes); one never compared meets none. {} for a domain without criteria (`criteria`)
+    criteria: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def criteria_share(self) -> float | None:
+        """The mean over criteria of the share of judged episodes that met it."""
+        return criteria_share(self.criteria)
 
 
 def end_to_end(episodes: Sequence[Episode], ks: Iterable[int]) -> EndToEnd:
@@ -135,7 +144,26 @@ def end_to_end(episodes: Sequence[Episode], ks: Iterable[int]) -> EndToEnd:
         tasks=len({e.task_id for e in episodes}),
         risky=risky,
         risk_rate=risky / len(judged) if judged else None,
+        criteria=criteria(judged),
     )
+
+
+def criteria(judged: Sequence[Episode]) -> dict[str, tuple[int, int]]:
+    """Per criterion the judge reported (`criteria_met`): (episodes that met it, episodes), over
+    the judged episodes; an episode never compared counts as not meeting any."""
+    verdicts = [criteria_met(e.steps) for e in judged]
+    names = sorted({name for v in verdicts for name in v})
+    return {name: (sum(v.get(name, False) for v in verdicts), len(judged)) for name in names}
+
+
+def criteria_share(counts: dict[str, tuple[int, int]]) -> float | None:
+    """The mean over criteria of met / judged; None without criteria.
+
+    >>> criteria_share({"iou": (1, 4), "dims": (3, 4)})
+    0.5
+    """
+    rates = [met / judged for met, judged in counts.values() if judged]
+    return sum(rates) / len(rates) if rates else None
 
 
 def criteria_met(steps: Sequence[Step]) -> dict[str, bool]:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from honing.config import StrictModel
-from honing.eval.metrics import Episode, criteria_met
+from honing.eval.metrics import Episode
 from honing.eval.model import EnginePlayer, TeamPlayer
 from honing.eval.runner import evaluate
 from honing.observe.events import emit
@@ -94,7 +94,6 @@ class _EvalProgress:
         self.name, self.total, self.live = name, total, live
         self.done = self.passed = self.infra = 0
         self.outcomes: dict[str, bool] = {}  # TASK#SAMPLE -> solved, judged episodes only
-        self.verdicts: list[dict[str, bool]] = []  # per judged episode: criterion -> met
 
     def __call__(self, episode: Episode) -> None:
         self.done += 1
@@ -102,18 +101,11 @@ class _EvalProgress:
         self.infra += int(episode.infra_failed)
         if not episode.infra_failed:
             self.outcomes[f"{episode.task_id}#{episode.sample}"] = episode.success
-            self.verdicts.append(criteria_met(episode.steps))
         if self.live is not None:
             self.live.activity(f"eval {self.name} {self.done}/{self.total}")
         if self.done % max(1, self.total // 4) == 0 and self.done < self.total:
             log.info("eval %s: %d/%d episodes, %d passed, infra failures %d", self.name,
                      self.done, self.total, self.passed, self.infra)  # fmt: skip
-
-    def criteria(self) -> dict[str, tuple[int, int]]:
-        """Criterion -> (met, judged episodes): an episode never compared meets none."""
-        names = sorted({name for verdicts in self.verdicts for name in verdicts})
-        judged = len(self.verdicts)
-        return {n: (sum(v.get(n, False) for v in self.verdicts), judged) for n in names}
 
 
 class HeldOut:
@@ -192,7 +184,7 @@ class HeldOut:
                 risky=e2e.risky,
                 outcomes=progress.outcomes,
                 by_tag=tag_scores(progress.outcomes, {t.id: t.tags for t in taskset.tasks}),
-                criteria=progress.criteria(),
+                criteria=e2e.criteria,
             )
             unseen = point.by_tag.get(UNSEEN_TAG)
             log.info(

@@ -30,6 +30,7 @@ from pydantic import Field
 
 from honing.config import StrictModel, validate_model
 from honing.errors import ConfigError
+from honing.eval.metrics import criteria_share
 
 if TYPE_CHECKING:
     from honing.tasks.load import TaskSet
@@ -91,8 +92,7 @@ class EvalPoint(StrictModel):
     def criteria_share(self) -> float | None:
         """The mean over criteria of the share of judged episodes that met it (None without
         criteria)."""
-        rates = [met / judged for met, judged in self.criteria.values() if judged]
-        return sum(rates) / len(rates) if rates else None
+        return criteria_share(self.criteria)
 
     @property
     def label(self) -> str:

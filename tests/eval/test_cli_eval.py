@@ -71,6 +71,22 @@ def test_table_for_a_shard(env: dict[str, str], tmp_path: Path) -> None:
     assert re.search(r"^sandbox: memory.*; seccomp: (on|off)$", proc.stderr, re.M), proc.stderr
 
 
+def test_a_judge_with_criteria_reports_each_one_met(env: dict[str, str]) -> None:
+    """Structure's judge gives a verdict per criterion (`met:*`): the table's last line counts
+    them; HumanEval's judge has none, and the table says nothing of criteria."""
+    proc = honing_eval(env, "--tasks", "synthetic-structure", "--policy", "reference",
+                       "--shard", "0/16")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())  # the console wraps long lines
+    assert "criteria met (the judge's, at each judged episode's last verdict): 100.0% on" in text
+    for name in ("iou", "dims", "volume", "holes", "features", "surface"):
+        assert re.search(rf"\b{name} 2/2\b", text), text
+    humaneval = honing_eval(env, "--tasks", "humaneval", "--policy", "reference", "--shard",
+                            "0/16")  # fmt: skip
+    assert humaneval.returncode == 0, humaneval.stderr
+    assert "criteria met" not in humaneval.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

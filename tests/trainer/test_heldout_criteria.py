@@ -1,6 +1,6 @@
-"""A held-out evaluation keeps the judge's per-criterion verdicts (`met:*`): how close unsolved
-episodes came, counted over every judged episode (one never compared meets none), and an
-infrastructure failure counted in neither."""
+"""An evaluation keeps the judge's per-criterion verdicts (`met:*`): how close unsolved episodes
+came, counted over every judged episode (one never compared meets none), an infrastructure
+failure counted in neither; a held-out point records and logs them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 
 from honing.envs import FailureReason, Observation, StepInfo, StepResult
 from honing.envs.base import Action
-from honing.eval.metrics import Episode, Step
-from honing.trainer.heldout import _criteria_text, _EvalProgress
+from honing.eval.metrics import Episode, Step, end_to_end
+from honing.trainer.heldout import _criteria_text
 from honing.trainer.run_dir import EvalPoint
 
 OBS = Observation(text="state")
@@ -29,21 +29,25 @@ def point(criteria: dict[str, tuple[int, int]]) -> EvalPoint:
 
 
 def test_criteria_are_counted_over_judged_episodes_and_an_uncompared_one_meets_none() -> None:
-    progress = _EvalProgress("structure", total=4)
-    progress(episode("a", {"met:iou": 1.0, "met:dims": 1.0, "outcome": 0.0}))
-    progress(episode("b", {"met:iou": 0.0, "met:dims": 1.0, "outcome": 0.0}))
-    progress(episode("c", {"built": 0.0}, FailureReason.TOOL_ERROR))  # never compared
-    progress(episode("d", {}, FailureReason.SANDBOX_ERROR))  # infrastructure: not judged
-    assert progress.criteria() == {"dims": (2, 3), "iou": (1, 3)}
+    e2e = end_to_end(
+        [
+            episode("a", {"met:iou": 1.0, "met:dims": 1.0, "outcome": 0.0}),
+            episode("b", {"met:iou": 0.0, "met:dims": 1.0, "outcome": 0.0}),
+            episode("c", {"built": 0.0}, FailureReason.TOOL_ERROR),  # never compared
+            episode("d", {}, FailureReason.SANDBOX_ERROR),  # infrastructure: not judged
+        ],
+        ks=[1],
+    )
+    assert e2e.criteria == {"dims": (2, 3), "iou": (1, 3)}
     # the mean over criteria of their shares: (2/3 + 1/3) / 2
-    assert point(progress.criteria()).criteria_share == 0.5
+    assert e2e.criteria_share == 0.5
+    assert point(e2e.criteria).criteria_share == 0.5
 
 
 def test_a_domain_without_criteria_records_none_and_says_nothing() -> None:
-    progress = _EvalProgress("math", total=2)
-    progress(episode("a", {"outcome": 1.0}))
-    progress(episode("b", {"outcome": 0.0}))
-    assert progress.criteria() == {}
+    e2e = end_to_end([episode("a", {"outcome": 1.0}), episode("b", {"outcome": 0.0})], ks=[1])
+    assert e2e.criteria == {}
+    assert e2e.criteria_share is None
     assert point({}).criteria_share is None
     assert _criteria_text(point({})) == ""
 
