@@ -369,7 +369,20 @@ def _eval(record: dict[str, Any]) -> EvalPoint:
         infra_failed=int(record.get("infra_failed") or 0),
         seconds=as_float(record.get("seconds")) or 0.0,
         well_formed=as_float(record.get("well_formed")),
+        criteria=_criteria(record.get("criteria")),
     )  # the fields the report shows; a run of an older honing may lack the rest
+
+
+def _criteria(value: Any) -> dict[str, tuple[int, int]]:
+    """evals.jsonl's `criteria` (name -> [met, judged]); a malformed entry is left out."""
+    out: dict[str, tuple[int, int]] = {}
+    if isinstance(value, dict):
+        for name, pair in value.items():
+            if isinstance(pair, list | tuple) and len(pair) == 2:
+                met, judged = as_int(pair[0]), as_int(pair[1])
+                if met is not None and judged is not None:
+                    out[str(name)] = (met, judged)
+    return out
 
 
 def _with_steps(

@@ -374,11 +374,13 @@ def evals_section(data: RunData) -> str:
         x_names=labels,
         percent=True,
     )
+    graded = any(r.criteria for _, rows_at in points for r in rows_at)
     table_rows = [
         [
             esc(r.label),
             esc(r.set),
             f"{pct(r.success)} <small>({r.passed}/{r.total})</small>",
+            *([pct(r.criteria_share)] if graded else []),
             str(r.infra_failed),
             pct(r.well_formed),
             duration(r.seconds),
@@ -386,15 +388,21 @@ def evals_section(data: RunData) -> str:
         for _, rows_at in points
         for r in rows_at
     ]
-    table = table_html(
-        ["when", "set", "success", "infra failures", "well-formed", "took"],
-        table_rows,
-        {2, 3, 4, 5},
-    ) + (
+    head = ["when", "set", "success", *(["criteria met"] if graded else []), "infra failures",
+            "well-formed", "took"]  # fmt: skip
+    table = table_html(head, table_rows, set(range(2, len(head)))) + (
         '<p class="note">Success: passed of the judged episodes; infra failures (the '
         "infrastructure failed the episode: sandbox, engine, or a checker that could not run) "
         "are left out of it. Well-formed: the share of model turns that were a valid action (a "
-        "tool call the environment could parse).</p>"
+        "tool call the environment could parse)."
+        + (
+            " Criteria met: the mean over the judge's criteria (its <code>met:*</code> "
+            "verdicts) of the share of judged episodes that met each: how close the unsolved "
+            "ones came."
+            if graded
+            else ""
+        )
+        + "</p>"
     )
     return section_html("evals", "Held-out evaluations", pairs_html([chart.html(), table]))
 

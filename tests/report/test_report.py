@@ -477,6 +477,26 @@ def test_the_headline_says_what_the_warm_start_and_rl_each_gave(tmp_path: Path) 
     assert "Infra failures are left out (1 over the run)" in page  # the training curve
 
 
+def test_a_judge_with_criteria_gets_a_criteria_column_and_one_without_does_not(
+    tmp_path: Path,
+) -> None:
+    def run_with(criteria: dict[str, list[int]] | None) -> str:
+        run = tmp_path / ("graded" if criteria else "plain")
+        run.mkdir()
+        point = {"step": 0, "phase": "before", "set": "structure", "success": 0.0, "passed": 0,
+                 "total": 10, "infra_failed": 0, "seconds": 1.0}  # fmt: skip
+        if criteria is not None:
+            point["criteria"] = criteria
+        (run / "evals.jsonl").write_text(json.dumps(point) + "\n")
+        return build_report(run).read_text()
+
+    # (1/10 + 4/10) / 2 = 25%; a malformed entry is left out, not fatal
+    page = run_with({"iou": [1, 10], "dims": [4, 10], "bad": "x"})  # type: ignore[dict-item]
+    assert '<th class="num">criteria met</th>' in page
+    assert '<td class="num">25%</td>' in page
+    assert "criteria met" not in run_with(None)
+
+
 def test_a_headline_from_training_alone_counts_its_infra_failures(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
