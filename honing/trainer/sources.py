@@ -10,7 +10,9 @@
 
 A held-out task is left out when a training task asks the same (`honing.tasks.load.question_key`:
 the same calculation in other words counts), or when its prompt appears in a user message of the
-warm start's chat data (`warm_start.data`), where only the wording is known.
+warm start's chat data (`warm_start.data`), where only the wording is known, or of the traces of
+another run's warm start when the run starts from that warm start's model
+(`model: RUN/warm_start/model`, `starting_traces`).
 
 Not covered: the phases that name the sources of each update (`honing.trainer.run_config`).
 """
@@ -20,12 +22,14 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
+from pathlib import Path
 
 from honing.errors import ConfigError
 from honing.tasks import domains
 from honing.tasks.load import AnyTask, TaskSet, load_tasks, question_key
 from honing.trainer.curriculum import Curriculum
 from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource, TrainConfig
+from honing.trainer.run_dir import DONE_FILE
 
 log = logging.getLogger(__name__)
 
@@ -112,18 +116,39 @@ def validation_sets(config: TrainConfig, limit: int | None = None) -> dict[str, 
 
 
 def _trained_on(config: TrainConfig) -> tuple[list[TaskSet], list[str]]:
-    """The task sets training and the warm start ask, and the user messages of its chat data."""
+    """The task sets training and the warm start ask, and the user messages of its chat data
+    (and of the traces of another run's warm start that `model` names: `starting_traces`)."""
     seen = [load_source(n, s) for n, s in config.train.items()]
     chats: list[str] = []
     warm = config.warm_start
     if warm is not None and warm.traces is not None:
         seen.append(load_source("warm_start", warm.traces))
-    if warm is not None and warm.data is not None:
+    data = [str(warm.data)] if warm is not None and warm.data is not None else []
+    traces = starting_traces(config.model)
+    if traces is not None:
+        data.append(str(traces))
+    if data:
         from honing.trainer.sft import load_chat_data  # torch: only when a run has chat data
 
-        examples = load_chat_data(str(warm.data))
+        examples = [e for path in data for e in load_chat_data(path)]
         chats = [m.content for e in examples for m in e.messages if m.role == "user"]
     return seen, chats
+
+
+def starting_traces(model: str) -> Path | None:
+    """The traces a run's warm start trained `model` on, when `model` is that warm start's model
+    (`RUN/warm_start/model`, finished: its done.json beside it) and it was trained on traces:
+    a run that starts from another run's warm start leaves those tasks out of its held-out sets
+    too. None for any other model (a built-in name, an export, a checkpoint)."""
+    directory = Path(model)
+    if directory.name != "model" or not directory.is_dir():
+        return None
+    traces = directory.parent / "traces.jsonl"
+    if (directory.parent / DONE_FILE).is_file() and traces.is_file():
+        log.info("held-out sets: the tasks of %s (%s's warm start) are left out too", traces,
+                 model)  # fmt: skip
+        return traces
+    return None
 
 
 def _unseen(

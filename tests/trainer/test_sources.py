@@ -133,6 +133,29 @@ def test_heldout_sets_leave_out_what_training_and_the_warm_start_ask(
     assert [t.id for t in heldout_sets(config(tmp_path), limit=1)["math"].tasks] == ["h2"]
 
 
+def test_a_run_from_another_runs_warm_start_leaves_out_that_warm_starts_tasks_too(
+    tmp_path: Path,
+) -> None:
+    earlier = tmp_path / "earlier" / "warm_start"
+    (earlier / "model").mkdir(parents=True)
+    chat_file(earlier / "traces.jsonl", ["Please solve: What is 7 times 6? Use the tools."])
+    start = str(earlier / "model")
+    # not finished (no done.json): not a warm start's model yet, nothing more is left out
+    assert [t.id for t in heldout_sets(config(tmp_path, model=start))["math"].tasks] == [
+        "h2",
+        "h3",
+    ]
+    (earlier / "done.json").write_text("{}")
+    assert [t.id for t in heldout_sets(config(tmp_path, model=start))["math"].tasks] == ["h3"]
+    # another directory named model, without a warm start's files beside it
+    other = tmp_path / "other" / "model"
+    other.mkdir(parents=True)
+    assert [t.id for t in heldout_sets(config(tmp_path, model=str(other)))["math"].tasks] == [
+        "h2",
+        "h3",
+    ]
+
+
 def test_validation_sets_leave_out_what_training_and_the_heldout_sets_ask(tmp_path: Path) -> None:
     validation = tasks_file(
         tmp_path / "validation.jsonl",
