@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import Field
 
 from honing.config import StrictModel
+from honing.eval.metrics import criteria_share
 from honing.eval.stats import difference_interval, difference_interval_counts
 from honing.trainer.run_dir import BEFORE, WARM_START, EvalPoint
 
@@ -51,10 +52,18 @@ class Stage(StrictModel):
     outcomes: dict[str, bool] = Field(
         default_factory=dict, description="'SET/TASK#SAMPLE' -> solved, for the judged episodes."
     )
+    criteria: dict[str, tuple[int, int]] = Field(
+        default_factory=dict,
+        description="The judge's criterion -> (met, judged), summed over the sets (EvalPoint).",
+    )
 
     @property
     def success(self) -> float | None:
         return self.passed / self.total if self.total else None
+
+    @property
+    def criteria_share(self) -> float | None:
+        return criteria_share(self.criteria)
 
 
 class Gains(StrictModel):
@@ -77,7 +86,8 @@ class Gains(StrictModel):
             if s is None:
                 return None
             return {"step": s.step, "success": s.success, "passed": s.passed, "total": s.total,
-                    "infra_failed": s.infra_failed}  # fmt: skip
+                    "infra_failed": s.infra_failed,
+                    **({"criteria_met": s.criteria_share} if s.criteria else {})}  # fmt: skip
 
         return {
             "base": stage(self.base),
@@ -93,7 +103,9 @@ class Gains(StrictModel):
     def figures(self, trained: str = "RL") -> str | None:
         """`base X% → warm start W% → RL Y% (RL +Z pts, 95% CI a..b; n=N; infra failures F)`,
         or None when no held-out set was evaluated; `trained` names the last stage (a
-        distillation run's is "distilled")."""
+        distillation run's is "distilled"). Where the judge gives criteria (structure's
+        `met:*`), `; criteria met warm start A% → RL B%` closes the parenthesis: graded
+        progress where success is rare."""
         stages = [("base", self.base), ("warm start", self.warm), (trained, self.rl)]
         shown = " → ".join(f"{label} {_pct(s.success)}" for label, s in stages if s is not None)
         if not shown:
@@ -101,10 +113,12 @@ class Gains(StrictModel):
         if self.rl_gain is None or self.ci_low is None or self.ci_high is None:
             missing = f"after {trained}" if self.rl is None else f"before {trained} to compare with"
             return f"{shown} (no evaluation {missing}; infra failures {self.infra_failures})"
+        graded = [(label, s) for label, s in stages if s is not None and s.criteria]
+        criteria = " → ".join(f"{label} {_pct(s.criteria_share)}" for label, s in graded)
         return (
             f"{shown} ({trained} {_pts(self.rl_gain)}, 95% CI {_pts(self.ci_low, unit=False)}.."
             f"{_pts(self.ci_high, unit=False)}; n={self.n}; infra failures "
-            f"{self.infra_failures})"
+            f"{self.infra_failures}{f'; criteria met {criteria}' if criteria else ''})"
         )
 
     def line(self, name: str, minutes: float, trained: str = "RL") -> str:
@@ -127,12 +141,18 @@ def _pts(value: float, unit: bool = True) -> str:
 def pooled(points: Sequence[EvalPoint]) -> Stage:
     """Several held-out sets evaluated at one point, as one stage."""
     outcomes = {f"{p.set}/{key}": ok for p in points for key, ok in p.outcomes.items()}
+    criteria: dict[str, tuple[int, int]] = {}
+    for p in points:
+        for name, (met, judged) in p.criteria.items():
+            was = criteria.get(name, (0, 0))
+            criteria[name] = (was[0] + met, was[1] + judged)
     return Stage(
         step=points[0].step,
         passed=sum(p.passed for p in points),
         total=sum(p.total for p in points),
         infra_failed=sum(p.infra_failed for p in points),
         outcomes=outcomes,
+        criteria=criteria,
     )
 
 

@@ -114,3 +114,28 @@ def test_the_rl_stage_can_be_the_update_chosen_on_validation() -> None:
     chosen = account(evals, rl_step=2)
     assert chosen.rl is not None and chosen.rl.step == 2
     assert chosen.rl_gain == 3 / 4 - 2 / 4
+
+
+def test_a_judge_with_criteria_adds_the_criteria_met_pooled_over_sets_to_the_line() -> None:
+    def graded(step: int, phase: str, criteria: dict[str, tuple[int, int]], set: str) -> EvalPoint:
+        return point(step, phase, BASE, set=set).model_copy(update={"criteria": criteria})
+
+    evals = [
+        graded(0, WARM_START, {"iou": (1, 4), "dims": (2, 4)}, "a"),
+        graded(0, WARM_START, {"iou": (0, 4), "dims": (1, 4)}, "b"),
+        graded(5, "main", {"iou": (3, 4), "dims": (4, 4)}, "a"),
+        graded(5, "main", {"iou": (2, 4), "dims": (3, 4)}, "b"),
+    ]
+    gains = account(evals)
+    assert gains.warm is not None and gains.rl is not None
+    # pooled: iou 1/8, dims 3/8 -> (12.5% + 37.5%) / 2 = 25%; after: 5/8, 7/8 -> 75%
+    assert gains.warm.criteria == {"iou": (1, 8), "dims": (3, 8)}
+    assert gains.line("s", 1.0).endswith(
+        "infra failures 0; criteria met warm start 25% → RL 75%) in 1.0 min"
+    )
+    assert gains.summary()["rl"] == {"step": 5, "success": 0.0, "passed": 0, "total": 8,
+                                     "infra_failed": 0, "criteria_met": 0.75}  # fmt: skip
+    # without criteria the line is as before
+    assert "criteria" not in account([point(0, WARM_START, WARM), point(2, "main", RL)]).line(
+        "q", 1.0
+    )
