@@ -398,6 +398,9 @@ class Signal:
     # at the sampling temperature); None without model tokens. The learner's `entropy` covers
     # only the groups it kept, and nothing when it kept none.
     sampled_entropy: float | None = None
+    # Extra draws of groups_per_step tasks the update played because too few of its groups had
+    # a signal (honing.trainer.run_config.Refill); `groups` counts theirs too.
+    refills: int = 0
 
     @property
     def zero_variance_share(self) -> float:

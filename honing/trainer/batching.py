@@ -2,6 +2,8 @@
 
     drop_zero_variance   dynamic sampling (DAPO) -> Sampled: the groups that carry a signal (their
                          rewards, or with process rewards their turns' rewards, differ), the rest
+    sample_groups        -> Sampled: what an update with a LearnerConfig trains on (the learner,
+                         and the loop's refill, decide alike)
     batch_from_groups    -> TrainBatch: rewards [N], group ids [N], micro-batches packed by tokens
     micro_batches        trajectories -> padded micro-batches (no rewards needed: for scoring)
     MicroBatch           one forward pass: ids, attention mask, and next-token targets' tensors
@@ -26,6 +28,7 @@ from torch import Tensor
 from honing.records import ROLE_CREDIT, Ending, Group, Trajectory
 from honing.rl.advantages import turn_level_advantages
 from honing.rl.risk import shaped_rewards
+from honing.trainer.config import LearnerConfig
 
 OUTCOME = "outcome"
 
@@ -134,6 +137,23 @@ def drop_zero_variance(
             kept.append(group)
             process_only += 1
     return Sampled(kept, len(groups) - len(kept), process_only)
+
+
+def sample_groups(
+    groups: Sequence[Group], config: LearnerConfig, risk_weight: float = 0.0
+) -> Sampled:
+    """The groups an update with `config` trains on: `drop_zero_variance` with dynamic sampling
+    (keeping process-only groups with `keep_process_groups` and a process weight), else all
+    (a distillation's teacher judges every token)."""
+    if not config.dynamic_sampling or config.advantage == "distill":
+        return Sampled(list(groups), dropped=0, process_only=0)
+    process = config.process_components if keeps_process(config) else None
+    return drop_zero_variance(groups, risk_weight, process_components=process)
+
+
+def keeps_process(config: LearnerConfig) -> bool:
+    """Whether dynamic sampling keeps a group for its process rewards alone."""
+    return config.keep_process_groups and config.process_weight > 0
 
 
 def process_signal(trajectories: Sequence[Trajectory], components: Sequence[str]) -> bool:

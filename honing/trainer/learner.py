@@ -62,8 +62,9 @@ from honing.trainer.batching import (
     Sampled,
     TrainBatch,
     batch_from_groups,
-    drop_zero_variance,
+    keeps_process,
     micro_batches,
+    sample_groups,
     trainable,
     turn_rewards,
 )
@@ -235,12 +236,7 @@ class Learner:
         of an episode's risk cost, taken off its outcome before the advantages (0: unpriced)."""
         start = time.perf_counter()
         cfg = self.config
-        keep = cfg.keep_process_groups and cfg.process_weight > 0
-        process = cfg.process_components if keep else None
-        if cfg.dynamic_sampling and cfg.advantage != "distill":  # distill: the teacher judges
-            sampled = drop_zero_variance(groups, risk_weight, process_components=process)
-        else:
-            sampled = Sampled(list(groups), dropped=0, process_only=0)
+        sampled = sample_groups(groups, cfg, risk_weight)
         if groups and not sampled.kept:
             log.warning(
                 "learner: every one of the %d groups of this update had equal rewards%s "
@@ -248,7 +244,7 @@ class Learner:
                 "too hard for the policy, or the reward is constant (check the environment's "
                 "outcome reward)",
                 len(groups),
-                "" if process is None else ", and equal process rewards turn by turn",
+                ", and equal process rewards turn by turn" if keeps_process(cfg) else "",
             )
         lr = self.optimizer.param_groups[0]["lr"]
         sums, batch, stale = self.backward(sampled.kept, risk_weight=risk_weight)

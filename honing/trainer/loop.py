@@ -6,7 +6,8 @@ held-out evaluation, phases, forgetting checks and exact resume.
 
 One update draws `groups_per_step` tasks (`TaskMixer`), plays `n` episodes of each through the
 scheduler, stores the groups, trains on them and syncs the weights; generation and training
-alternate (on-policy). With `async: {max_staleness: K}` (K > 0) the next K updates' episodes
+alternate (on-policy). With `refill.min_groups`, an update whose groups would leave the learner
+fewer than that with a signal plays more tasks first (`_refill`). With `async: {max_staleness: K}` (K > 0) the next K updates' episodes
 play while the learner trains, across its weight sync (honing.trainer.overlap; exact resume is
 for K = 0 only: a resume replays the batches that were in flight). Held-out sets are evaluated
 before training, every `eval.every` updates, at each phase's end and at the end. The run
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -61,6 +63,7 @@ from honing.sandbox import SandboxPool
 from honing.sandbox.pool import PoolUsage
 from honing.store import TrajectoryWriter
 from honing.tasks.load import AnyTask, TaskSet
+from honing.trainer.batching import sample_groups
 from honing.trainer.checkpoint import load_checkpoint, save_checkpoint
 from honing.trainer.curriculum import Curriculum, TaskRecord
 from honing.trainer.gains import best_by_validation, pooled
@@ -388,9 +391,11 @@ class Trainer:
                                     self.curriculum())  # fmt: skip
         usage = await self._sandbox_counters()
         started = time.perf_counter()
+        refills = 0
         if self.ahead is None:
             self._activity("rollout")
             played = await sched.run_all([task for _, task in drawn])
+            drawn, played, refills = await self._refill(sched, drawn, played)
         else:
             drawn, played = await self._play_ahead(self.ahead)
         bands = self._bands(drawn)
@@ -405,7 +410,7 @@ class Trainer:
             own = [t for t in trajectories if t.role not in self.roles]  # the learner's policy
             self.match = startup_check(self.learner, own, self.precision, step + 1)
         weight = self.risk_weight()
-        signal = learning_signal(groups, weight)
+        signal = dataclasses.replace(learning_signal(groups, weight), refills=refills)
         self.signals.append(signal)
         self._activity("update")
         if self.ahead is None:
@@ -426,6 +431,8 @@ class Trainer:
                                  learner={k: getattr(stats, k) for k in stats.__dataclass_fields__},
                                  busy_fraction=used.busy_fraction)  # fmt: skip
         metrics.scalars.update(signal.scalars())
+        if cfg.refill.min_groups:
+            metrics.scalars["signal/refills"] = float(refills)
         metrics.scalars.update({f"curriculum/{band}": share for band, share in bands.items()})
         for role, role_stat in role_stats.items():
             for name, value in numeric_fields(role_stat).items():
@@ -440,6 +447,32 @@ class Trainer:
         publish_update(record, metrics, used, self.sinks, self.progress)
         warn_update(record, self.signals, stats)
         return record
+
+    async def _refill(
+        self, sched: Scheduler, drawn: list[tuple[str, AnyTask]], played: list[Group]
+    ) -> tuple[list[tuple[str, AnyTask]], list[Group], int]:
+        """The update's tasks and groups with more drawn and played, `groups_per_step` at a
+        time, while fewer than `refill.min_groups` of the learner's groups would be kept (the
+        learner's own `sample_groups`), at most `refill.max_rounds` times; and how many rounds
+        were played."""
+        cfg, step = self.config, self.state.step
+        _, phase = cfg.phase_at(step)
+        rounds = 0
+        while cfg.refill.min_groups and rounds < cfg.refill.max_rounds:
+            mine = [g for g in by_role(played) if _role_of(g) not in self.roles]
+            have = len(sample_groups(mine, cfg.learner, self.risk_weight()).kept)
+            if have >= cfg.refill.min_groups:
+                break
+            rounds += 1
+            log.info("refill: %d of the update's %d groups have a signal, %d wanted: playing %d "
+                     "more tasks (round %d of at most %d)", have, len(mine),
+                     cfg.refill.min_groups, cfg.groups_per_step, rounds,
+                     cfg.refill.max_rounds)  # fmt: skip
+            more = self.mixer.draw(step, phase.train, cfg.groups_per_step, self.state.cursors,
+                                   self.curriculum(), refill=rounds)  # fmt: skip
+            drawn = [*drawn, *more]
+            played = [*played, *await sched.run_all([task for _, task in more])]
+        return drawn, played, rounds
 
     async def _sandbox_counters(self) -> PoolUsage | dict[str, PoolUsage]:
         """The training sandboxes' counters now: this process's pool's, or each sandbox

@@ -259,6 +259,23 @@ class AsyncSettings(StrictModel):
     )
 
 
+class Refill(StrictModel):
+    """More groups when an update has too few with a signal (DAPO's dynamic sampling fills its
+    batch; dropping alone can leave an update one group): the loop plays `groups_per_step` more
+    tasks, up to `max_rounds` times, until `min_groups` of the learner's groups would be kept."""
+
+    min_groups: int = Field(
+        0,
+        ge=0,
+        description="Groups with a signal (rewards that differ; with keep_process_groups, "
+        "process rewards too) an update wants before it trains; 0: off, the update trains on "
+        "what its draw gave.",
+    )
+    max_rounds: int = Field(
+        2, ge=1, description="Extra draws of groups_per_step tasks at most, per update."
+    )
+
+
 class TrainConfig(StrictModel):
     """The whole run of `honing train`."""
 
@@ -310,6 +327,11 @@ class TrainConfig(StrictModel):
         CurriculumSettings(),
         description="Draw tasks from the band where the policy sometimes succeeds "
         "(honing.trainer.curriculum); off by default.",
+    )
+    refill: Refill = Field(
+        Refill(),
+        description="Play more groups when too few of an update's have a signal (off by "
+        "default: `refill.min_groups: 0`).",
     )
     agent: AgentSettings = AgentSettings()
     team: TeamConfig | None = Field(
@@ -413,6 +435,20 @@ class TrainConfig(StrictModel):
                     f"own; engine.url ({self.engine.url}) is one server: drop engine.url, or use "
                     "team.adapters: shared"
                 )
+        if self.refill.min_groups and self.ahead:
+            raise ValueError(
+                f"refill.min_groups is {self.refill.min_groups} and async.max_staleness is "
+                f"{self.ahead}: refill plays more of an update's groups after its draw, which "
+                "overlap has already played ahead. Set one of them to 0"
+            )
+        if self.refill.min_groups and (
+            not self.learner.dynamic_sampling or self.learner.advantage == "distill"
+        ):
+            raise ValueError(
+                f"refill.min_groups is {self.refill.min_groups}, but no group is dropped "
+                "(learner.dynamic_sampling is off, or the advantage is distill): there is "
+                "nothing to refill. Drop refill, or turn learner.dynamic_sampling on"
+            )
         if self.ahead and self.deterministic:
             raise ValueError(
                 f"async.max_staleness is {self.ahead} and deterministic is true: with overlap, "

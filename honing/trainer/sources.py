@@ -7,6 +7,7 @@
     validation_sets(config)   -> its validation sets (held-out tasks left out too)
     TaskMixer(sets, weights, seed).draw(step, names, count, cursors)   -> an update's tasks
     TaskMixer(...).draw(step, names, count, cursors, curriculum)   -> too easy/hard ones deferred
+    TaskMixer(...).draw(..., refill=R)   -> the update's R-th extra draw (`refill`)
 
 A held-out task is left out when a training task asks the same (`honing.tasks.load.question_key`:
 the same calculation in other words counts), or when its prompt appears in a user message of the
@@ -194,13 +195,16 @@ class TaskMixer:
         count: int,
         cursors: dict[str, tuple[int, int]],
         curriculum: Curriculum | None = None,
+        refill: int = 0,
     ) -> list[tuple[str, AnyTask]]:
         """`count` (source, task) pairs for update `step`; advances `cursors` in place. With a
         `curriculum`, a task it does not `keep` is passed over to its source's next epoch (at
-        most a whole permutation's worth in one slot: then the next task is taken anyway)."""
-        rng = random.Random(f"{self.seed}:step:{step}")
+        most a whole permutation's worth in one slot: then the next task is taken anyway).
+        `refill` R > 0: the update's R-th extra draw (`refill`), its sources chosen afresh."""
+        key = f"{step}" if not refill else f"{step}:refill:{refill}"
+        rng = random.Random(f"{self.seed}:step:{key}")
         chosen = rng.choices(list(names), weights=[self.weights[n] for n in names], k=count)
-        deferring = random.Random(f"{self.seed}:curriculum:{step}")
+        deferring = random.Random(f"{self.seed}:curriculum:{key}")
         out = []
         for name in chosen:
             tasks = self.sources[name].tasks
