@@ -7,9 +7,10 @@ held-out evaluation, phases, forgetting checks and exact resume.
 One update draws `groups_per_step` tasks (`TaskMixer`), plays `n` episodes of each through the
 scheduler, stores the groups, trains on them and syncs the weights; generation and training
 alternate (on-policy). With `refill.min_groups`, an update whose groups would leave the learner
-fewer than that with a signal plays more tasks first (`_refill`). With `async: {max_staleness: K}` (K > 0) the next K updates' episodes
-play while the learner trains, across its weight sync (honing.trainer.overlap; exact resume is
-for K = 0 only: a resume replays the batches that were in flight). Held-out sets are evaluated
+fewer than that with a signal plays more tasks first (`_refill`). With
+`async: {max_staleness: K}` (K > 0) the next K updates' episodes play while the learner trains,
+across its weight sync (honing.trainer.overlap; exact resume is for K = 0 only: a resume replays
+the batches that were in flight). Held-out sets are evaluated
 before training, every `eval.every` updates, at each phase's end and at the end. The run
 directory is `honing.trainer.run_dir`'s; the events go to its event log (`honing.observe`).
 docs/training.md describes the loop, the run directory and resume (bit-exact with
