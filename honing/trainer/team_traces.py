@@ -15,8 +15,11 @@ script of its own:
 solution (`wrong_submissions`: for code, the file as it was handed over or a one-token change of
 the reference; for a numeric answer, one off); the validator rejects it and the executor then
 submits the reference. The wrong submission stays in the executor's row as context only (weight
-0), so the row teaches recovering from a rejection, never the mistake. Every episode must end
-with outcome 1 and every review must agree with the verifier, else `TraceError` names the task.
+0), so the row teaches recovering from a rejection, never the mistake. With `team.verdicts` K
+the validator gives each submission its verdict K times. Every episode must end with outcome 1,
+every review must agree with the verifier and every scripted reply must fit its role's turn
+(`max_new_tokens`: a cut verdict is no verdict), else `TraceError` names the task and what to
+raise.
 The rows are `honing sft` rows: rendered by `honing.trainer.sft`, each gives exactly the tokens of
 its role's trajectory.
 
@@ -154,9 +157,38 @@ def describe_change(before: str | None, after: str | None) -> str:
         return f"It submits {CODE_SOLUTION} unchanged."
     for i, (a, b) in enumerate(zip(old, new, strict=False), 1):
         if a != b:
-            return f"It changes line {i} from `{a.strip()}` to `{b.strip()}`."
+            was, now = changed_span(a.strip(), b.strip())
+            return f"It changes line {i} from `{was}` to `{now}`."
     extra = difflib.unified_diff(old, new, lineterm="", n=0)
     return "It changes " + " ".join(list(extra)[2:4]) + "."
+
+
+def changed_span(a: str, b: str, context: int = 8, whole: int = 40) -> tuple[str, str]:
+    """Two versions of a line, each cut to where they differ with at least `context`
+    characters around it, widened to the spaces around that ("…" marks a cut), when either is
+    longer than `whole`; else both whole. A long line would make the validator's reply longer
+    than its turn, and its verdict comes last.
+
+    >>> changed_span("return [x for x in values if x > limit and x % 2 == 0 or x is None]",
+    ...              "return [x for x in values if x >= limit and x % 2 == 0 or x is None]")
+    ('…values if x > limit and…', '…values if x >= limit and…')
+    """
+    if max(len(a), len(b)) <= whole:
+        return a, b
+    prefix = 0
+    while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(a), len(b)) - prefix and a[-1 - suffix] == b[-1 - suffix]:
+        suffix += 1
+    start = a.rfind(" ", 0, max(0, prefix - context)) + 1  # 0 when there is no space before
+
+    def cut(line: str) -> str:
+        end = line.find(" ", min(len(line), len(line) - suffix + context))
+        end = len(line) if end < 0 else end
+        return ("…" if start else "") + line[start:end] + ("…" if end < len(line) else "")
+
+    return cut(a), cut(b)
 
 
 def validator_reply(change: str, good: bool) -> str:
@@ -240,9 +272,13 @@ async def _play(
     verdicts.append(validator_reply(describe_change(start, submitted_code(submission)), True))
     scripts = {
         "executor": [action_text(a) for a in executor],
-        "validator": verdicts,
+        # each review asks `team.verdicts` verdicts on the same submission, one after another
+        "validator": [v for v in verdicts for _ in range(team.verdicts)],
         "analyst": [reference_plan([*before, submission], submits)],
     }
+    too_long = _over_budget(scripts, team, agent, tokenizer)
+    if too_long:
+        raise TraceError(f"{task.id}: {too_long}")
     engines: dict[str, Engine] = {
         role.role: ScriptedEngine(scripts[role.kind], tokenizer=tokenizer) for role in team.roles
     }
@@ -274,6 +310,24 @@ async def _play(
         rows.append({"id": f"{task.id}/{conversation.role}", "messages": messages,
                      "tools": conversation.tools})  # fmt: skip
     return TeamTrace(task.id, rows, rejected=wrong is not None, reviews=reviews)
+
+
+def _over_budget(
+    scripts: dict[str, list[str]], team: TeamConfig, agent: AgentConfig, tokenizer: Any
+) -> str | None:
+    """What is wrong when a scripted reply (and its end token) is longer than its role's turn
+    (`max_new_tokens`: the role's, else the agent's): the engine would cut it, and a validator's
+    verdict, which comes last, with it. None when every reply fits."""
+    for index, role in enumerate(team.roles):
+        budget = role.max_new_tokens or agent.sampling.max_new_tokens
+        longest = max((len(tokenizer.encode(text, add_special_tokens=False)) + 1
+                       for text in scripts.get(role.kind, [])), default=0)  # fmt: skip
+        if longest > budget:
+            where = (f"team.roles[{index}].max_new_tokens" if role.max_new_tokens
+                     else "agent.max_new_tokens")  # fmt: skip
+            return (f"the scripted {role.kind}'s reply takes {longest} tokens, more than its turn "
+                    f"({where}: {budget}); raise it to at least {longest}")  # fmt: skip
+    return None
 
 
 def _weigh(messages: list[Message], skip: int) -> list[Message]:

@@ -166,6 +166,51 @@ async def test_a_scripted_team_plays_every_task_and_rejects_where_chosen(
 
 
 @MODULE_LOOP
+async def test_with_several_verdicts_a_review_gets_the_same_scripted_verdict_each_time(
+    pool: SandboxPool, tok: Any
+) -> None:
+    """examples/code_repair_team.yaml's validator: checks run on the submission, and four
+    verdicts on each. Checked by hand: with the script's verdicts not repeated four times, the
+    right fix after a rejection gets a REJECT meant for the wrong one (the script cycles), the
+    team fails, and every rejecting task falls back to an episode without a rejection."""
+    team = TeamConfig.model_validate({
+        "roles": [{"kind": "analyst"}, {"kind": "executor"},
+                  {"kind": "validator", "checks": ["run_tests"]}],
+        "submit_tools": [], "verdicts": 4,
+    })  # fmt: skip
+    tasks = generate_code_repair_tasks(4, 7)
+    traces = await team_traces(tasks, pool, team, AGENT, tok, reject_share=0.5)
+    assert {t.task_id for t in traces if t.rejected} == reject_choice(tasks, 0.5)
+    assert all(r.correct for t in traces for r in t.reviews)
+    assert [len(t.reviews) for t in traces] == [2 if t.rejected else 1 for t in traces]
+
+
+@MODULE_LOOP
+async def test_a_scripted_reply_longer_than_its_roles_turn_is_named_with_what_to_raise(
+    pool: SandboxPool, tok: Any
+) -> None:
+    team = TEAM.model_copy(update={"roles": [
+        *TEAM.roles[:2], TEAM.roles[2].model_copy(update={"max_new_tokens": 8})]})  # fmt: skip
+    with pytest.raises(TraceError, match=r"the scripted validator's reply takes \d+ tokens, more "
+                       r"than its turn \(team.roles\[2\].max_new_tokens: 8\); raise it to at "
+                       r"least \d+"):  # fmt: skip
+        await team_traces(generate_code_repair_tasks(1, 0), pool, team, AGENT, tok,
+                          reject_share=0.0)  # fmt: skip
+
+
+def test_a_long_changed_line_is_described_by_the_part_that_changed() -> None:
+    before = "def f(values, limit):\n    return [x for x in values if x > limit and x % 2 == 0]\n"
+    after = before.replace("x > limit", "x >= limit")
+    assert describe_change(before, after) == (
+        "It changes line 2 from `…values if x > limit and…` to `…values if x >= limit and…`."
+    )
+    short = "def f(a):\n    return a + 1\n"
+    assert describe_change(short, short.replace("+", "-")) == (
+        "It changes line 2 from `return a + 1` to `return a - 1`."
+    )
+
+
+@MODULE_LOOP
 async def test_when_a_look_counts_as_a_submission_the_error_says_what_to_set(
     pool: SandboxPool, tok: Any
 ) -> None:
