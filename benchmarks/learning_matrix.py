@@ -10,6 +10,7 @@ directory named after it, so a recipe's runs are found and compared), run as a u
 at a time (each takes the cores). Read back from the run's result.json (honing.trainer.result):
 
     learning <recipe>: warm start W% → RL Y% (RL +Z pts, 95% CI a..b; n=N) in M min
+      (with `; criteria met A% → B%` after N where the judge gives criteria: structure)
       <recipe> after the warm start: entropy E per token; groups with reward variance G/N
     learning_matrix: K/7 recipes gain (CI low > 0); median RL +X pts; slowest M min
 
@@ -62,6 +63,8 @@ class Outcome:
     n: int = 0
     minutes: float = 0.0
     why: str = ""
+    # where the judge gives criteria (structure): the share met at the start and after RL
+    criteria: tuple[float, float] | None = None
 
     @property
     def gains(self) -> bool:
@@ -72,9 +75,14 @@ class Outcome:
             return f"learning {self.recipe}: {self.why or 'no held-out gain measured'}"
         warm = self.warm if self.warm is not None else self.rl - self.gain
         ci = f"{100 * self.low:+.0f}..{100 * self.high:+.0f}"
+        graded = ""
+        if self.criteria is not None:
+            before, after = self.criteria
+            graded = f"; criteria met {100 * before:.0f}% → {100 * after:.0f}%"
         return (
             f"learning {self.recipe}: {self.start} {100 * warm:.0f}% → RL {100 * self.rl:.0f}% "
-            f"(RL {100 * self.gain:+.0f} pts, 95% CI {ci}; n={self.n}) in {self.minutes:.0f} min"
+            f"(RL {100 * self.gain:+.0f} pts, 95% CI {ci}; n={self.n}{graded}) in "
+            f"{self.minutes:.0f} min"
         )
 
 
@@ -88,6 +96,7 @@ def outcome(recipe: str, result: dict[str, Any]) -> Outcome:
     if rl is None or gains.get("rl_gain") is None or gains.get("ci95") is None:
         return Outcome(recipe, minutes=minutes, why="the run measured no RL gain on held-out")
     low, high = gains["ci95"]
+    met = [stage.get("criteria_met") if stage else None for stage in (warm, rl)]
     return Outcome(
         recipe,
         warm=None if warm is None else float(warm["success"]),
@@ -98,6 +107,7 @@ def outcome(recipe: str, result: dict[str, Any]) -> Outcome:
         high=float(high),
         n=int(gains.get("n", rl.get("total", 0))),
         minutes=minutes,
+        criteria=None if None in met else (float(met[0]), float(met[1])),
     )
 
 

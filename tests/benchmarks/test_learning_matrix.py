@@ -52,6 +52,18 @@ def test_a_recipes_line_and_the_matrix_line(bench: ModuleType) -> None:
     assert LAST.fullmatch(bench.summary([missing]))  # nothing measured: "n/a"
 
 
+def test_a_judge_with_criteria_adds_the_criteria_met_to_the_recipes_line(
+    bench: ModuleType,
+) -> None:
+    graded = result(0.0, 0.0, 0.0, (-0.03, 0.03), 40.0)
+    graded["gains"]["warm_start"]["criteria_met"] = 0.165
+    graded["gains"]["rl"]["criteria_met"] = 0.137
+    assert bench.outcome("structure", graded).line() == (
+        "learning structure: warm start 0% → RL 0% (RL +0 pts, 95% CI -3..+3; n=128; criteria "
+        "met 16% → 14%) in 40 min"
+    )
+
+
 def test_the_latest_run_of_a_recipe_and_not_a_longer_ones(bench: ModuleType,
                                                           tmp_path: Path) -> None:  # fmt: skip
     for name in (
