@@ -236,11 +236,12 @@ def starving_engine(model: Path) -> ScriptedEngine:
     return ScriptedEngine(respond, tokenizer=tokenizer, by_seed=True)
 
 
-def signal_share(
-    tmp_path: Path, model: Path, name: str, curriculum: dict[str, Any], count: int = 6
-) -> float:
-    """The share of the run's groups whose rewards were not all equal, on `count` tasks (task
-    tI tagged with its kind, I mod 6)."""
+def starving_updates(
+    tmp_path: Path, model: Path, name: str, count: int = 6, **settings: Any
+) -> list[dict[str, Any]]:
+    """12 updates of 2 groups of 4 played by `starving_engine` on `count` tasks (task tI tagged
+    with its kind, I mod 6), with `settings` (curriculum, refill) over the run's config; its
+    metrics.jsonl lines."""
     tasks = tmp_path / f"tasks-{count}.jsonl"
     tasks.write_text("".join(json.dumps({"id": f"t{i}", "domain": "math",
                                          "prompt": f"What is {i} + 1?", "answer": str(i + 1),
@@ -253,12 +254,18 @@ def signal_share(
         "learner": {"lr": 1e-3, "micro_batch_tokens": 2048},
         "agent": {"max_turns": 1, "max_new_tokens": 32, "system_prompt": ""},
         "eval": {"before": False}, "checkpoint": {"every": 12},
-        "sandbox": {"pool_size": 1, "timeout_s": 20.0}, "curriculum": curriculum,
+        "sandbox": {"pool_size": 1, "timeout_s": 20.0}, **settings,
     })  # fmt: skip
     asyncio.run(train(cfg, engine=starving_engine(model)))
-    updates = [
-        json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()
-    ]
+    metrics = (tmp_path / name / "metrics.jsonl").read_text()
+    return [json.loads(line) for line in metrics.splitlines()]
+
+
+def signal_share(
+    tmp_path: Path, model: Path, name: str, curriculum: dict[str, Any], count: int = 6
+) -> float:
+    """The share of the run's groups whose rewards were not all equal (`starving_updates`)."""
+    updates = starving_updates(tmp_path, model, name, count, curriculum=curriculum)
     groups = float(sum(u["signal"]["groups"] for u in updates))
     assert groups == 12 * 2
     return 1 - float(sum(u["signal"]["zero_variance"] for u in updates)) / groups

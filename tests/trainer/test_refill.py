@@ -4,41 +4,18 @@ counted and trained on like the first ones. Config errors name what to change.""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from test_curriculum import starving_engine
+from test_curriculum import starving_updates
 
 from honing.tasks.load import TaskSet
 from honing.tasks.schema import MathTask
-from honing.trainer.loop import train
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.sources import TaskMixer
-
-
-def run(tmp_path: Path, model: Path, name: str, refill: dict[str, Any]) -> list[dict[str, Any]]:
-    """12 updates of 2 groups of 4 on six tasks of which one (t5) can have unequal rewards
-    (`starving_engine`); the updates' metrics.jsonl lines."""
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("".join(json.dumps({"id": f"t{i}", "domain": "math",
-                                         "prompt": f"What is {i} + 1?", "answer": str(i + 1)})
-                             + "\n" for i in range(6)))  # fmt: skip
-    cfg = TrainConfig.model_validate({
-        "model": str(model), "out": str(tmp_path / name), "seed": 5,
-        "train": {"mix": {"tasks": str(tasks)}}, "heldout": {},
-        "steps": 12, "groups_per_step": 2, "n": 4,
-        "learner": {"lr": 1e-3, "micro_batch_tokens": 2048},
-        "agent": {"max_turns": 1, "max_new_tokens": 32, "system_prompt": ""},
-        "eval": {"before": False}, "checkpoint": {"every": 12},
-        "sandbox": {"pool_size": 1, "timeout_s": 20.0}, "refill": refill,
-    })  # fmt: skip
-    asyncio.run(train(cfg, engine=starving_engine(model)))
-    metrics = (tmp_path / name / "metrics.jsonl").read_text()
-    return [json.loads(line) for line in metrics.splitlines()]
 
 
 def kept(update: dict[str, Any]) -> int:
@@ -52,8 +29,9 @@ def test_refill_plays_more_tasks_until_an_update_has_a_group_with_signal(
     With refill each such update draws two more tasks, up to three times, so that nearly every
     update trains. Checked by hand: with `_refill` playing no round, the refilled run plays 2
     groups an update like the plain one, and its first update without a signal fails it."""
-    plain = run(tmp_path, tiny_model_dir, "plain", {})
-    filled = run(tmp_path, tiny_model_dir, "filled", {"min_groups": 1, "max_rounds": 3})
+    plain = starving_updates(tmp_path, tiny_model_dir, "plain")
+    filled = starving_updates(tmp_path, tiny_model_dir, "filled",
+                              refill={"min_groups": 1, "max_rounds": 3})  # fmt: skip
     assert all(u["signal"]["groups"] == 2 and u["signal"]["refills"] == 0 for u in plain)
     for u in filled:
         refills = int(u["signal"]["refills"])
