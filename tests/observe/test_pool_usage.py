@@ -18,7 +18,9 @@ async def test_usage_counts_runs_busy_and_waiting_time_between_snapshots(
     used = pool.usage().since(before)
     assert used.runs == 4 and used.busy == 0
     assert used.busy_s >= 4 * 0.3  # each job held its cell at least as long as it slept
-    assert used.wait_s >= 2 * 0.3  # two of them waited for a cell to come free
+    # two of them waited for a cell to come free: each nearly as long as a job sleeps (they
+    # asked a moment after the first two took the cells; 0.591 s of 0.6 was seen under load)
+    assert used.wait_s >= 2 * 0.25
     assert used.busy_fraction is not None and 0.0 < used.busy_fraction <= 1.0
     assert used.queued is not None and used.queued > 0
     assert before.busy_fraction is None  # a single snapshot has no interval
