@@ -10,9 +10,9 @@ alternate (on-policy). With `refill.min_groups`, an update whose groups would le
 fewer than that with a signal plays more tasks first (`_refill`). With
 `async: {max_staleness: K}` (K > 0) the next K updates' episodes play while the learner trains,
 across its weight sync (honing.trainer.overlap; exact resume is for K = 0 only: a resume replays
-the batches that were in flight). Held-out sets are evaluated
-before training, every `eval.every` updates, at each phase's end and at the end. The run
-directory is `honing.trainer.run_dir`'s; the events go to its event log (`honing.observe`).
+the batches that were in flight). Held-out sets are evaluated before training, every
+`eval.every` updates, at each phase's end and at the end. The run directory is
+`honing.trainer.run_dir`'s; the events go to its event log (`honing.observe`).
 docs/training.md describes the loop, the run directory and resume (bit-exact with
 `deterministic: true`).
 
@@ -460,7 +460,7 @@ class Trainer:
         _, phase = cfg.phase_at(step)
         rounds = 0
         while cfg.refill.min_groups and rounds < cfg.refill.max_rounds:
-            mine = [g for g in by_role(played) if _role_of(g) not in self.roles]
+            mine = self._own(by_role(played))
             have = len(sample_groups(mine, cfg.learner, self.risk_weight()).kept)
             if have >= cfg.refill.min_groups:
                 break
@@ -491,11 +491,15 @@ class Trainer:
         assert self.remote_envs is not None
         return usage_since(await self.remote_envs.usage(), earlier)
 
+    def _own(self, groups: list[Group]) -> list[Group]:
+        """The groups the run's learner trains on: every role's without a learner of its own."""
+        return [g for g in groups if _role_of(g) not in self.roles]
+
     def _update(
         self, groups: list[Group], weight: float
     ) -> tuple[LearnerStats, dict[str, LearnerStats]]:
         """The learner's update on its groups, and each role learner's on the role's."""
-        mine = [g for g in groups if _role_of(g) not in self.roles]
+        mine = self._own(groups)
         stats = self.learner.update(mine, risk_weight=weight)
         role_stats = {role: other.update([g for g in groups if _role_of(g) == role],
                                          risk_weight=weight)

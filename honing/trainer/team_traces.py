@@ -49,7 +49,13 @@ from honing.rollout.team import Conversation, Review, RoleEngines, TeamConfig, r
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask, TaskSet
 from honing.tasks.schema import CODE_SOLUTION
-from honing.trainer.traces import TraceError, action_text, raise_failed, write_rows
+from honing.trainer.traces import (
+    TraceError,
+    action_text,
+    raise_failed,
+    turn_tokens,
+    write_rows,
+)
 
 CODE_BLOCK_OPEN = "```python\n"
 TRIES = 4  # wrong submissions tried per task before one the verifier rejects is found
@@ -320,8 +326,8 @@ def _over_budget(
     verdict, which comes last, with it. None when every reply fits."""
     for index, role in enumerate(team.roles):
         budget = role.max_new_tokens or agent.sampling.max_new_tokens
-        longest = max((len(tokenizer.encode(text, add_special_tokens=False)) + 1
-                       for text in scripts.get(role.kind, [])), default=0)  # fmt: skip
+        longest = max((turn_tokens(tokenizer, text) for text in scripts.get(role.kind, [])),
+                      default=0)  # fmt: skip
         if longest > budget:
             where = (f"team.roles[{index}].max_new_tokens" if role.max_new_tokens
                      else "agent.max_new_tokens")  # fmt: skip

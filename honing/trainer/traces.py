@@ -93,17 +93,21 @@ class TraceBudget:
         return "; ".join(parts) + " (the policy is taught episodes it cannot finish)"
 
 
+def turn_tokens(tokenizer: Any, text: str) -> int:
+    """The tokens one assistant turn takes of `max_new_tokens`: `text` tokenised as the model
+    writes it, plus its end token."""
+    return len(tokenizer.encode(text, add_special_tokens=False)) + 1
+
+
 def trace_budget(
     traces: Sequence[Trace], tokenizer: Any, max_new_tokens: int, max_turns: int
 ) -> TraceBudget:
-    """The budget `traces` need (`TraceBudget`): each assistant text tokenised as the model
-    writes it, plus its end token."""
+    """The budget `traces` need (`TraceBudget`): each assistant turn's `turn_tokens`."""
     longest, turns = 0, 0
     too_long: list[str] = []
     too_many: list[str] = []
     for trace in traces:
-        sizes = [len(tokenizer.encode(text, add_special_tokens=False)) + 1
-                 for text in trace.actions]  # fmt: skip
+        sizes = [turn_tokens(tokenizer, text) for text in trace.actions]
         longest, turns = max([longest, *sizes]), max(turns, len(sizes))
         if any(size > max_new_tokens for size in sizes):
             too_long.append(trace.task_id)

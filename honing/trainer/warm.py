@@ -17,7 +17,8 @@ model:RUN/warm_start/model` plays it as the run does. `RUN/warm_start/done.json`
 finished, so a resumed run reuses it.
 
 Not covered: warm starts that mix several data sources, or evaluation during SFT; the budget
-check of a `data` file or of a team's traces (per-role budgets).
+check of a `data` file (a team's traces are checked role by role, and refused when a reply does
+not fit: `honing.trainer.team_traces`).
 """
 
 from __future__ import annotations

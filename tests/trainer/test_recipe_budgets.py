@@ -31,8 +31,8 @@ PLAYED = 24  # tasks of each set
 
 
 def _plays_references(path: Path) -> bool:
-    """A recipe whose warm start plays reference traces, outside a team (per-role budgets are
-    not covered)."""
+    """A recipe whose warm start plays reference traces, outside a team (a team's: `TEAMS`
+    below)."""
     recipe = read_yaml_mapping(path)
     warm = recipe.get("warm_start")
     return isinstance(warm, dict) and warm.get("traces") is not None and "team" not in recipe
