@@ -6,7 +6,8 @@ text-only policies; the PNG is its image and `last_render`), `inspect`, `rollbac
 scene that built as a closed solid), `submit` (the kernel's comparison: volume IoU, extents,
 volume, holes, bodies, watertightness, materials, lights, each stated cut by position and size,
 the surfaces' distance, and the image similarity when the task asks for it); process rewards
-`built`, `watertight` and one `met:<constraint>` per constraint.
+`built`, `watertight`, one `met:<constraint>` per constraint and `volume_iou` (the submission's
+volume IoU with the target, a graded measure where `met:iou` is pass or fail).
 Everything runs in the sandbox (`honing.tasks.structure.runtime`). A script runs alone and
 gives back only a scene, as data, which a fresh kernel run builds: what the script's run does
 (an exit, a signal, a forged reply) is the model's failure, and the model's code never enters
@@ -251,6 +252,7 @@ class StructureEnv(Environment):
             return CallOutcome(False, f"structure kernel: no verdict on {unjudged}",
                                FailureReason.VERIFIER_CRASH)  # fmt: skip
         components = {f"met:{name}": float(ok) for name, ok in met.items()}
+        components["volume_iou"] = min(1.0, max(0.0, float(reply["iou"])))
         failed = [c for c in reply["constraints"] if c["name"] in task.required and not c["passed"]]
         similarity = float(reply["image_similarity"])
         if task.image_min is not None and similarity < task.image_min:

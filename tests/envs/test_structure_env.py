@@ -55,6 +55,7 @@ async def test_build_render_rollback_and_a_wrong_model_judged_per_constraint(
     assert judged.done and judged.components["outcome"] == 0.0
     assert judged.info.failure is FailureReason.CHECKER_REJECTED
     assert judged.components["met:holes"] == 0.0 and judged.components["met:dims"] == 1.0
+    assert 0.5 < judged.components["volume_iou"] < 1.0  # graded: the plate lacks only its holes
     assert "holes" in judged.observation.tool_results[0].content
     await env.close()
 
@@ -67,6 +68,7 @@ async def test_a_script_builds_the_same_model_as_its_scene(pool: SandboxPool) ->
     for action in env.reference_actions(task):
         result = await env.step(action)
     assert result.done and result.components["outcome"] == 1.0
+    assert result.components["volume_iou"] == pytest.approx(1.0, abs=1e-3)
     await env.close()
 
 
