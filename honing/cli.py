@@ -37,7 +37,7 @@ from rich.text import Text
 
 from honing import __version__
 from honing.config import SandboxConfig, default_home, validate_model
-from honing.envs.base import EnvConfig
+from honing.envs.base import EnvConfig, FailureReason
 from honing.errors import ConfigError, HoningError, SandboxError
 from honing.eval import POLICIES, EvalReport, Tiers, check_domains, evaluate, make_policy
 from honing.eval.stats import PairedGain, paired_gain
@@ -380,6 +380,14 @@ def eval_command(
     max_steps: Annotated[
         int | None, typer.Option(help="Steps after which an episode ends (default: 8).")
     ] = None,
+    episode_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Wall-clock seconds an episode may take, the model's turns included (default: "
+            "300); an episode past it ends unsolved. Raise it for long team episodes or a "
+            "loaded host."
+        ),
+    ] = None,
     shard: Annotated[
         str | None, typer.Option(help="Only shard I/N of the tasks, e.g. 0/4.")
     ] = None,
@@ -454,6 +462,7 @@ def eval_command(
     cfg = _from_flags(EvalConfig, {
         "tasks": tasks, "policy": policy, "k": k, "max_steps": max_steps, "shard": shard,
         "concurrency": concurrency, "max_new_tokens": max_new_tokens,
+        "episode_timeout": episode_timeout,
         "system_prompt": system_prompt, "temperature": temperature, "seed": seed,
         "dtype": dtype, "images": images, "team": team, "role_model": role_model or [],
         "sandbox": {"isolation": isolation},
@@ -474,7 +483,10 @@ def eval_command(
         team_config = None if team_file is None else team_file.team
         saved = _saved_agent(cfg.policy)
         steps = cfg.max_steps if cfg.max_steps is not None or saved is None else saved.max_turns
-        env_config = EnvConfig() if steps is None else EnvConfig(max_steps=steps)
+        limits: dict[str, Any] = {} if steps is None else {"max_steps": steps}
+        if cfg.episode_timeout is not None:
+            limits["episode_timeout_s"] = cfg.episode_timeout
+        env_config = EnvConfig(**limits)
         if cfg.images and chosen is not None:
             raise ConfigError(f"--images applies to model policies, not {cfg.policy!r}")
         _check_images(cfg.images, cfg.policy)
@@ -579,6 +591,7 @@ def eval_command(
             _print_eval(team_report)
             _print_versus(result, team_report, evaluated.versus)
             _print_roles(evaluated.figures)
+    _warn_timeouts(env_config, [result] if team_report is None else [result, team_report])
     infra = result.end_to_end.infra_failed
     if team_report is not None:
         infra += team_report.end_to_end.infra_failed
@@ -589,6 +602,18 @@ def eval_command(
         for cause, count in sorted(causes.items(), key=lambda item: -item[1])[:3]:
             err.print(f"  {count} × {cause}", highlight=False, markup=False)
         raise typer.Exit(3)
+
+
+def _warn_timeouts(config: EnvConfig, reports: list[EvalReport]) -> None:
+    """Say so when episodes ended at the episode's wall-clock limit: they count as unsolved, so
+    on a loaded host (or with long team episodes) the figure is the host's as much as the
+    model's."""
+    ended = sum(r.single_step.failures.get(FailureReason.EPISODE_TIMEOUT.value, 0) for r in reports)
+    if ended:
+        err.print(f"[bold yellow]{ended} episode(s) ended at the episode's time limit "
+                  f"({config.episode_timeout_s:g} s)[/] and count as unsolved: raise "
+                  "--episode-timeout if the host was loaded or the episodes are long (a team's)",
+                  highlight=False)  # fmt: skip
 
 
 def _check_images(images: bool, model: str) -> None:
