@@ -221,11 +221,11 @@ def test_episodes_past_the_episode_timeout_are_unsolved_and_said(env: dict[str, 
     """--episode-timeout is the episode's wall-clock limit: the reference's HumanEval runs take
     longer than 1 ms, so every episode ends at it, unsolved, and stderr says to raise it."""
     args = ["--tasks", "humaneval", "--policy", "reference", "--shard", "0/41", "--json"]
-    limited = report(honing_eval(env, *args, "--episode-timeout", "0.001"))
+    proc = honing_eval(env, *args, "--episode-timeout", "0.001")
+    limited = report(proc)
     e2e = limited["end_to_end"]
     assert (e2e["passed"], e2e["total"]) == (0, 4)
     assert limited["single_step"]["failures"] == {"episode_timeout": 4}
-    proc = honing_eval(env, *args, "--episode-timeout", "0.001")
     assert "4 episode(s) ended at the episode's time limit (0.001 s)" in proc.stderr
     assert "--episode-timeout" in proc.stderr
     default = honing_eval(env, *args)  # 300 s: the same episodes pass, and nothing is said
