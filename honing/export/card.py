@@ -228,6 +228,8 @@ def _training(run: TrainedRun) -> str:
             data = f"a scripted team's reference episodes ({roles}) of {_source(ws.traces)}"
         else:
             data = f"reference tool-use traces of {_source(ws.traces)}"
+        if ws.traces is not None and ws.extra_traces:
+            data += " and of " + ", ".join(_source(s) for s in ws.extra_traces)
         rows.append(
             (
                 "Warm start",

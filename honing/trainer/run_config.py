@@ -210,6 +210,12 @@ class WarmStart(StrictModel):
     traces: TaskSource | None = Field(
         None, description="Tasks whose reference solutions become the SFT examples."
     )
+    extra_traces: list[TaskSource] = Field(
+        default_factory=list,
+        description="More trace tasks, added to `traces`: e.g. more of the families the warm "
+        "start leaves unsolved (the same generator, another seed, a `tags` filter). A task asked "
+        "twice is played once.",
+    )
     calculator_first: bool = Field(
         True, description="Traces of arithmetic tasks call the calculator before answering."
     )
@@ -238,6 +244,8 @@ class WarmStart(StrictModel):
     def _check(self) -> WarmStart:
         if (self.data is None) == (self.traces is None):
             raise ValueError("warm_start needs exactly one of data (a JSONL file) or traces")
+        if self.extra_traces and self.traces is None:
+            raise ValueError("warm_start.extra_traces adds to traces: set traces too")
         if self.risky_share > 0 and self.traces is None:
             raise ValueError(
                 f"warm_start.risky_share ({self.risky_share:g}) applies to traces only; "

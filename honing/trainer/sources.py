@@ -2,6 +2,7 @@
 
     load_source(name, TaskSource(tasks="synthetic-math", count=256, seed=1))   -> TaskSet
     load_source(name, source, heldout=True)   -> a held-out set (`PHRASED` sets: unseen wordings)
+    warm_start_tasks(config.warm_start)   -> the trace tasks: `traces` and `extra_traces`
     without_overlap(heldout, [train, ...], chats)   -> the held-out tasks nothing trained on asks
     heldout_sets(config)   -> a run's held-out sets as `honing train` evaluates them
     validation_sets(config)   -> its validation sets (held-out tasks left out too)
@@ -29,7 +30,7 @@ from honing.errors import ConfigError
 from honing.tasks import domains
 from honing.tasks.load import AnyTask, TaskSet, load_tasks, question_key
 from honing.trainer.curriculum import Curriculum
-from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource, TrainConfig
+from honing.trainer.run_config import SYNTHETIC_PREFIX, TaskSource, TrainConfig, WarmStart
 from honing.trainer.run_dir import DONE_FILE
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,31 @@ def load_source(name: str, source: TaskSource, *, heldout: bool = False) -> Task
             + (f" with tags {source.tags}" if source.tags else "")
         )
     return TaskSet(taskset.name, tasks, taskset.quarantined, taskset.total, taskset.origins)
+
+
+def warm_start_tasks(warm: WarmStart) -> TaskSet:
+    """The warm start's trace tasks: those of `traces`, then those of each `extra_traces` source
+    that are not already there (by id: the same generator and seed twice gives the same tasks)."""
+    if warm.traces is None:
+        raise ConfigError("warm_start has no traces (it trains on warm_start.data)")
+    first = load_source("warm_start", warm.traces)
+    if not warm.extra_traces:
+        return first
+    tasks, quarantined = list(first.tasks), list(first.quarantined)
+    origins, total, names = dict(first.origins), first.total, [first.name]
+    ids = {t.id for t in tasks}
+    for i, source in enumerate(warm.extra_traces):
+        extra = load_source(f"warm_start.extra_traces[{i}]", source)
+        new = [t for t in extra.tasks if t.id not in ids]
+        ids.update(t.id for t in new)
+        tasks += new
+        quarantined += extra.quarantined
+        origins.update({t.id: extra.origins[t.id] for t in new if t.id in extra.origins})
+        total += extra.total
+        names.append(extra.name + (f" {source.tags}" if source.tags else ""))
+        log.info("warm start: %d more trace tasks from %s (%d already there)",
+                 len(new), names[-1], len(extra.tasks) - len(new))  # fmt: skip
+    return TaskSet(" + ".join(names), tasks, quarantined, total, origins)
 
 
 def without_overlap(
@@ -123,7 +149,7 @@ def _trained_on(config: TrainConfig) -> tuple[list[TaskSet], list[str]]:
     chats: list[str] = []
     warm = config.warm_start
     if warm is not None and warm.traces is not None:
-        seen.append(load_source("warm_start", warm.traces))
+        seen.append(warm_start_tasks(warm))
     data = [str(warm.data)] if warm is not None and warm.data is not None else []
     traces = starting_traces(config.model)
     if traces is not None:

@@ -35,7 +35,7 @@ from honing.sandbox import SandboxPool
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.run_dir import DONE_FILE, WARM_DIR, RunDir
 from honing.trainer.sft import SftConfig, run_sft
-from honing.trainer.sources import load_source
+from honing.trainer.sources import warm_start_tasks
 from honing.trainer.team_traces import write_team_traces
 from honing.trainer.traces import risky_choice, trace_budget, write_traces
 
@@ -54,7 +54,7 @@ async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
         return model_dir
     data = settings.data
     if settings.traces is not None:
-        taskset = load_source("warm_start", settings.traces)
+        taskset = warm_start_tasks(settings)
         try:  # before the sandbox starts: a config without a risky path fails at once
             risky_choice(taskset.tasks, settings.risky_share)
         except ConfigError as exc:

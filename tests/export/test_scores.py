@@ -4,6 +4,7 @@ judged episodes, with the infrastructure failures counted beside it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from honing.export.card import _cell
 from honing.export.quantize import Comparison, HeldoutScore, Measurement
@@ -46,10 +47,14 @@ def test_the_cards_cells_count_the_infra_failures() -> None:
 def test_the_cards_warm_start_row_says_a_team_played_the_traces(tmp_path: Path) -> None:
     from honing.export.card import _training
     from honing.export.model import TrainedRun
-    from honing.trainer.run_config import load_saved
+    from honing.trainer.run_config import TaskSource, load_saved
 
-    def row(config_file: str) -> str:
+    def row(config_file: str, **warm: Any) -> str:
         config = load_saved(Path(__file__).parents[2] / "examples" / config_file)
+        if warm:
+            assert config.warm_start is not None
+            ws = config.warm_start.model_copy(update=warm)
+            config = config.model_copy(update={"warm_start": ws})
         run = TrainedRun(run_dir=tmp_path, config=config, checkpoint=tmp_path / "step-1", step=1,
                          kind="lora", base=tmp_path, warm_started=True, evals=())  # fmt: skip
         return next(line for line in _training(run).splitlines() if "Warm start" in line)
@@ -57,3 +62,8 @@ def test_the_cards_warm_start_row_says_a_team_played_the_traces(tmp_path: Path) 
     teamed = row("code_repair_team.yaml")
     assert "a scripted team's reference episodes (analyst, executor, validator)" in teamed
     assert "reference tool-use traces" in row("code_repair.yaml")
+    extra = TaskSource(tasks="synthetic-sql", count=384, seed=13, tags=["change"])
+    assert "synthetic-sql/13" not in row("sql.yaml")
+    assert "and of `synthetic-sql` (384 tasks, seed 13, tags ['change'])" in row(
+        "sql.yaml", extra_traces=[extra]
+    )

@@ -17,8 +17,8 @@ from honing.tasks.load import question_key
 from honing.tasks.schema import MathTask
 from honing.tasks.synthetic import UNSEEN_TAG, generate_math_tasks
 from honing.trainer.gains import tag_scores
-from honing.trainer.run_config import PHRASED, TaskSource, TrainConfig
-from honing.trainer.sources import heldout_sets, load_source, validation_sets
+from honing.trainer.run_config import PHRASED, TaskSource, TrainConfig, WarmStart
+from honing.trainer.sources import heldout_sets, load_source, validation_sets, warm_start_tasks
 
 
 @pytest.mark.parametrize("tasks", PHRASED)
@@ -154,6 +154,32 @@ def test_a_run_from_another_runs_warm_start_leaves_out_that_warm_starts_tasks_to
         "h2",
         "h3",
     ]
+
+
+def test_extra_traces_add_the_families_they_name_once_and_count_as_trained_on(
+    tmp_path: Path,
+) -> None:
+    traces = {"tasks": "synthetic-sql", "count": 12, "seed": 13}
+    warm = WarmStart.model_validate({"traces": traces, "extra_traces": [
+        {**traces, "count": 24, "tags": ["change"]},  # tasks 0-11 are traces' own: played once
+        {"tasks": "synthetic-sql", "count": 12, "seed": 31, "tags": ["aggregation", "change"]},
+    ]})  # fmt: skip
+    tasks = warm_start_tasks(warm)
+    first = load_source("w", TaskSource.model_validate(traces)).tasks
+    assert [t.id for t in tasks.tasks[:12]] == [t.id for t in first]
+    extra = tasks.tasks[12:]
+    assert [t.id for t in extra] == [f"sql-synth/13/{i}" for i in (16, 22)] + [
+        f"sql-synth/31/{i}" for i in (0, 4, 6, 10)
+    ]
+    assert all({"aggregation", "change"} & set(t.tags) for t in extra)
+    assert "synthetic-sql/31 ['aggregation', 'change']" in tasks.name
+    # a held-out set keeps out what the extra traces ask, as it does the traces'
+    heldout = {"sql": {"tasks": "synthetic-sql", "count": 24, "seed": 31, "phrasings": "train"}}
+    run = config(tmp_path, heldout=heldout, warm_start=warm.model_dump())
+    kept = {t.id for t in heldout_sets(run)["sql"].tasks}
+    assert not kept & {t.id for t in extra} and "sql-synth/31/1" in kept
+    with pytest.raises(ValidationError, match="extra_traces adds to traces: set traces too"):
+        WarmStart.model_validate({"data": "chats.jsonl", "extra_traces": [traces]})
 
 
 def test_validation_sets_leave_out_what_training_and_the_heldout_sets_ask(tmp_path: Path) -> None:
