@@ -15,10 +15,11 @@ The protocol (`TeamConfig`, docs/rollout.md "Teams"):
      there and their results shown with it, and its own tools (`RoleConfig.tools`) run on that
      state too: its evidence. The episode is reopened for them if the submission ended it.
      It answers ACCEPT, REJECT (with a reason) or STOP. Accepted, the tried step stands;
-     rejected, the environment is rolled back to before it and the executor is told why; after
-     `max_rounds` rejections the episode ends unsubmitted (`validator_rejected`). STOP ends the
-     episode too; an executor that still calls a tool after it raises `acted_after_stop` (the
-     call is not run).
+     rejected, the environment is rolled back to before it and the executor is told why (with
+     `show_tried`, also what the environment answered the tried step, unless it ended the
+     episode: what the agent alone would have seen); after `max_rounds` rejections the episode
+     ends unsubmitted (`validator_rejected`). STOP ends the episode too; an executor that still
+     calls a tool after it raises `acted_after_stop` (the call is not run).
   Roles with tools (the validator's independent checks) act under a checkpoint that is rolled
   back after them: they never change what the environment judges.
   With `verdicts: K` > 1 each review samples K verdicts on the same submission, each in a fresh
@@ -209,6 +210,13 @@ class TeamConfig(StrictModel):
         description="Verdicts sampled per review, each in a fresh context on the same submission "
         "and evidence: the first is the team's, and the K are the validator's group for that "
         "submission (GRPO compares like with like). 1: one validator context for the episode.",
+    )
+    show_tried: bool = Field(
+        False,
+        description="When a submission the validator sent back did not end the episode, the "
+        "executor is also shown what the environment answered when it was tried (a fix's test "
+        "results): what the agent alone sees after the same step. Never when it ended the "
+        "episode (that answer may carry the judge's verdict, and alone there is no next turn).",
     )
     submit_tools: list[str] | None = Field(
         None, description="Tools whose calls are submissions; None: the domain's (SUBMIT_TOOLS)."
@@ -636,6 +644,9 @@ class _Team:
         said = (f"The validator said STOP: {review.reason}. Do not call any more tools."
                 if stopped else
                 f"Not submitted: the validator rejected it: {review.reason}")  # fmt: skip
+        answered = _answered(tried) if self.team.show_tried and not (stopped or tried.done) else ""
+        if answered:
+            said += f"\nWhen it was tried, the environment answered:\n{answered}"
         results = [ToolResult(call_id=c.id, name=c.name, content=said, ok=False)
                    for c in action.tool_calls]  # fmt: skip
         state = getattr(self.env, "state", None)
@@ -825,6 +836,13 @@ def _refusal(action: Action, why: str, tools: list[dict[str, Any]]) -> StepResul
 def _tool_name(schema: dict[str, Any]) -> str:
     function = schema.get("function", schema)
     return str(function.get("name", "")) if isinstance(function, dict) else ""
+
+
+def _answered(tried: StepResult) -> str:
+    """What the environment answered a tried step: its tool results, or its text without them."""
+    results = [r.content for r in tried.observation.tool_results]
+    said = "\n".join(results) if results else (tried.observation.update or tried.observation.text)
+    return _short(said.strip(), 1500)
 
 
 def _short(text: str, limit: int) -> str:

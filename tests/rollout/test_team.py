@@ -388,6 +388,37 @@ async def test_the_validators_checks_run_on_the_submission_and_are_shown_with_it
 
 
 @ON_MODULE_LOOP
+async def test_show_tried_gives_the_executor_the_tried_steps_answer_unless_it_ended_the_episode(
+    module_pool: SandboxPool, tok: Any, slugify: AnyTask, product: AnyTask
+) -> None:
+    """show_tried: a fix sent back comes with what the environment answered it (its failing
+    tests), as the agent alone sees after the same step; without it the reason only. A math
+    answer ends the episode (its answer is the verdict): nothing more is shown even with it."""
+    wrong = "```python\ndef slugify(title):\n    return 'wrong-fix'\n```"
+    seen = {}
+    for show in (False, True):
+        team = TeamConfig.model_validate({"roles": [
+            {"kind": "executor"}, {"kind": "validator", "max_turns": 1},
+        ], "submit_tools": [], "show_tried": show})  # fmt: skip
+        engine = team_engine(tok, executor=[wrong, f"```python\n{slugify.reference}```"],
+                             validator=["REJECT: a test fails", "ACCEPT"])  # fmt: skip
+        env = make_env("code", module_pool, EnvConfig(max_steps=AGENT.max_turns))
+        lead = await run_team_episode(slugify, env, engine, team, AGENT)
+        assert lead.success
+        [sent_back] = [t for t in lead.turns if t.failure == "validator_rejected"]
+        seen[show] = sent_back.text
+    assert "the validator rejected it: a test fails" in seen[False]
+    assert "When it was tried" not in seen[False]
+    said, _, answered = seen[True].partition("When it was tried, the environment answered:\n")
+    assert "the validator rejected it: a test fails" in said
+    assert "0/5 tests passed" in answered and "assert slugify(" in answered
+    math = TEAM.model_copy(update={"show_tried": True})
+    lead = await play(product, module_pool, reject_then_accept(tok), math)
+    [sent_back] = [t for t in lead.turns if t.failure == "validator_rejected"]
+    assert "347 × 86 is not 29000" in sent_back.text and "When it was tried" not in sent_back.text
+
+
+@ON_MODULE_LOOP
 async def test_checks_are_a_validators_and_name_a_tool_that_does_not_submit(
     module_pool: SandboxPool, tok: Any, product: AnyTask
 ) -> None:
