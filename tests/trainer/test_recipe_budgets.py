@@ -56,7 +56,7 @@ async def test_the_recipes_agent_budget_fits_its_references(
     else:
         config = load_yaml_model(path, TrainConfig, [])
     assert config.warm_start is not None and config.warm_start.traces is not None
-    sources = [config.warm_start.traces, *config.train.values()]
+    sources = [config.warm_start.traces, *config.warm_start.extra_traces, *config.train.values()]
     tasks = [t for spec in sources for t in load_source("recipe", spec).tasks[:PLAYED]]
     traces = await reference_traces(tasks, module_pool, system_prompt=config.agent.system_prompt,
                                     env_config=config.env_config,
