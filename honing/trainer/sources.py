@@ -91,7 +91,7 @@ def warm_start_tasks(warm: WarmStart) -> TaskSet:
         origins.update({t.id: extra.origins[t.id] for t in new if t.id in extra.origins})
         total += extra.total
         names.append(extra.name + (f" {source.tags}" if source.tags else ""))
-        log.info("warm start: %d more trace tasks from %s (%d already there)",
+        log.debug("warm start: %d more trace tasks from %s (%d already there)",
                  len(new), names[-1], len(extra.tasks) - len(new))  # fmt: skip
     return TaskSet(" + ".join(names), tasks, quarantined, total, origins)
 
