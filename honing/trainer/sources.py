@@ -92,7 +92,7 @@ def warm_start_tasks(warm: WarmStart) -> TaskSet:
         total += extra.total
         names.append(extra.name + (f" {source.tags}" if source.tags else ""))
         log.debug("warm start: %d more trace tasks from %s (%d already there)",
-                 len(new), names[-1], len(extra.tasks) - len(new))  # fmt: skip
+                  len(new), names[-1], len(extra.tasks) - len(new))  # fmt: skip
     return TaskSet(" + ".join(names), tasks, quarantined, total, origins)
 
 
