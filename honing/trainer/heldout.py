@@ -8,7 +8,9 @@ sets that fell below their best after a phase reported as forgetting.
 The sets are the run's held-out sources with every task that training or the warm start asks
 left out (`honing.trainer.sources.heldout_sets`); each is played with the three tiers of
 `honing eval`, its point appended to the run's evals.jsonl, the event log and the sinks (with
-the judge's criteria met, `met:*`, where a domain reports them: graded progress). A run
+the judge's criteria met, `met:*`, where a domain reports them: graded progress), its episodes
+with every turn's text kept as a trajectory store (`RunDir.episodes`: which tasks an update won
+or lost, and what the model wrote, against the warm start's evaluation). A run
 with a `team:` plays them as that team (what it trains), the tiers counting the executor's steps
 that stand; each role's episodes are logged, and the team's figures (`eval/<set>/team/*`).
 The validation sets (`validation:`) are played the same way by a `HeldOut(..., validation=True)`:
@@ -21,6 +23,7 @@ sets. Not covered: when to evaluate (the loop decides), the accounting of gains
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -35,6 +38,7 @@ from honing.observe.sinks import MetricSink, log_to
 from honing.records import Trajectory
 from honing.rollout.engines.base import Engine
 from honing.sandbox import SandboxPool
+from honing.store import TrajectoryWriter
 from honing.tasks.synthetic import UNSEEN_TAG
 from honing.trainer.gains import tag_scores
 from honing.trainer.run_config import TrainConfig
@@ -144,10 +148,15 @@ class HeldOut:
             total = len(taskset.tasks) * cfg.eval.k
             log.info("%s %s (%s): %d episodes", self.kind, name, phase, total)
 
-            def logged(trajectory: Trajectory, set_name: str = name) -> None:
+            played: list[Trajectory] = []
+
+            def logged(
+                trajectory: Trajectory, set_name: str = name, played: list[Trajectory] = played
+            ) -> None:
                 for t in [trajectory, *trajectory.partners]:  # a team's: every role's
                     fields = episode_fields(t, split=self.kind, set=set_name, staleness=None)
                     emit("episode", step, **fields)
+                    played.append(t)
 
             progress = _EvalProgress(
                 f"validation {name}" if self.validation else name, total, self.progress
@@ -208,6 +217,7 @@ class HeldOut:
                 point.mean_steps or 0.0,
                 report.elapsed_s,
             )
+            await self._keep(played, point)
             points.append(point)
             (state.validation if self.validation else state.evals).append(point)
             self.run.append_eval(point, VALIDATION_FILE if self.validation else EVALS_FILE)
@@ -226,6 +236,16 @@ class HeldOut:
             if self.on_eval is not None and not self.validation:
                 self.on_eval(point)
         return points
+
+    async def _keep(self, played: Sequence[Trajectory], point: EvalPoint) -> None:
+        """The evaluation's episodes, every turn's text included, as a store of their own
+        (`RunDir.episodes`), written before its point: a point on record has its episodes."""
+        path = self.run.episodes(self.kind, point.step, point.phase, point.set)
+        if path.exists():  # left by an evaluation that stopped before its point was written
+            shutil.rmtree(path)
+        async with TrajectoryWriter(path, flush_s=None) as writer:
+            for trajectory in played:
+                await writer.add(trajectory)
 
     def check_forgetting(
         self, phase: str, points: Sequence[EvalPoint], state: History

@@ -10,7 +10,8 @@ their one serialiser, and what is done to the directory as a whole. Importing it
 Layout: config.yaml (the resolved TrainConfig), metrics.jsonl (an UpdateRecord per update),
 evals.jsonl (an EvalPoint per held-out evaluation), validation.jsonl (the same, of the
 validation sets), events.jsonl (honing.observe.events),
-result.json (the final summary), trajectories/ (honing.store), checkpoints/
+result.json (the final summary), trajectories/ (honing.store), episodes/ (each evaluation's
+episodes, a store each), checkpoints/
 (honing.trainer.checkpoint), tensorboard/ (the metric sinks), weights/ (staged for a server
 engine), warm_start/ (done.json and the model), report.html (`honing report`).
 
@@ -20,6 +21,8 @@ Not covered: how the records are computed (honing.trainer.loop, .gains), a check
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +47,7 @@ VALIDATION_FILE = "validation.jsonl"  # the validation sets' points (run_config 
 EVENTS_FILE = "events.jsonl"
 RESULT_FILE = "result.json"
 STORE_DIR = "trajectories"
+EPISODES_DIR = "episodes"  # episodes/<eval|validation>/<step>-<phase>-<set>/: a store each
 WEIGHTS_DIR = "weights"  # staged weights a server engine loads (engine.url)
 WARM_DIR = "warm_start"
 DONE_FILE = "done.json"  # in WARM_DIR: the warm start finished
@@ -387,8 +391,20 @@ class RunDir:
             if path.exists():
                 lines = [line for line in path.read_text().splitlines() if _eval_key(line) in kept]
                 path.write_text("".join(f"{line}\n" for line in lines))
+            kind = "validation" if file == VALIDATION_FILE else "eval"
+            stores = self.path / EPISODES_DIR / kind
+            names = {self.episodes(kind, *key).name for key in kept}
+            for directory in sorted(stores.iterdir()) if stores.is_dir() else []:
+                if directory.name not in names:  # an evaluation after the checkpoint
+                    shutil.rmtree(directory)
         self.push()  # the URL rewound too: nothing of the abandoned history stays there
         return dropped
+
+    def episodes(self, kind: str, step: int, phase: str, set_name: str) -> Path:
+        """The trajectory store of one evaluation's episodes (`kind`: eval or validation), e.g.
+        episodes/eval/00000007-main-sql: query it with `honing store query`."""
+        name = "-".join((f"{step:08d}", _slug(phase), _slug(set_name)))
+        return self.path / EPISODES_DIR / kind / name
 
     def push(self, *, store_only: bool = False) -> None:
         """Upload what changed to the run's remote URL (`config.remote`; nothing without one):
@@ -415,6 +431,11 @@ class RunDir:
         from honing.trainer.sources import heldout_sets
 
         return heldout_sets(self.config(), limit)
+
+
+def _slug(text: str) -> str:
+    """A phase's or a set's name as a file name: `warm start` -> `warm-start`."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", text).strip("-") or "-"
 
 
 def _eval_key(line: str) -> tuple[int, str, str] | None:

@@ -139,6 +139,13 @@ def assert_same_store_and_logs(straight: Path, killed: Path) -> None:
         return [(t.task_id, t.sample, str(t.token_ids)) for t in read_trajectories(run)]
 
     assert keyed(killed) == keyed(straight)
+    # each evaluation's episodes, as its own store: one per point, the same after a resume
+    points = lines(straight / "evals.jsonl")
+    stores = sorted(p.relative_to(straight) for p in (straight / "episodes").glob("*/*"))
+    assert len(stores) == len(points) > 1, stores
+    for store, p in zip(stores, sorted(points, key=lambda p: (p["step"], p["phase"])), strict=True):
+        assert len(read_trajectories(straight / store)) == p["total"]
+        assert keyed(killed / store) == keyed(straight / store)
     assert [m["step"] for m in lines(killed / "metrics.jsonl")] == [1, 2, 3]
     strip = [
         {k: v for k, v in e.items() if k != "seconds"} for e in lines(straight / "evals.jsonl")

@@ -87,6 +87,28 @@ def test_records_are_appended_read_back_and_cut_back_to_a_checkpoint(tmp_path: P
     assert run.evals() == kept
 
 
+def test_an_evaluations_episodes_are_cut_back_with_its_point(tmp_path: Path) -> None:
+    """Each evaluation's episode store is named by its step, phase and set, and a rewind
+    removes the stores of the evaluations it drops (those after the checkpoint), held-out and
+    validation alike."""
+    run = RunDir(tmp_path)
+    kept = [point(0, "warm start"), point(2, "main")]
+    dropped = point(3, "main")
+    assert run.episodes("eval", 0, "warm start", "math").name == "00000000-warm-start-math"
+    assert run.episodes("eval", 0, "before", "math") != run.episodes("eval", 0, "warm start",
+                                                                        "math")  # fmt: skip
+    for kind in ("eval", "validation"):
+        for p in [*kept, dropped]:
+            store = run.episodes(kind, p.step, p.phase, p.set)
+            store.mkdir(parents=True)
+            (store / "store.json").write_text("{}")
+    run.rewind(2, store_rows=0, evals=kept, validation=kept[:1])
+    names = {kind: sorted(p.name for p in (tmp_path / "episodes" / kind).iterdir())
+             for kind in ("eval", "validation")}  # fmt: skip
+    assert names == {"eval": ["00000000-warm-start-math", "00000002-main-math"],
+                     "validation": ["00000000-warm-start-math"]}  # fmt: skip
+
+
 def record_at(step: int) -> UpdateRecord:
     return UpdateRecord(**{**RECORD.__dict__, "step": step})
 
