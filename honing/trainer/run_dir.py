@@ -379,7 +379,8 @@ class RunDir:
     ) -> int:
         """Cut the store and the logs back to a checkpoint at `step` (or to nothing): the store
         to its first `store_rows` rows, metrics.jsonl to `step`, evals.jsonl to `evals` and
-        validation.jsonl to `validation`. Returns the number of store shards removed.
+        validation.jsonl to `validation`, episodes/ to those evaluations' stores. Returns the
+        number of store shards removed.
         (events.jsonl: honing.observe.events.)"""
         from honing.store import rewind
 
