@@ -386,13 +386,15 @@ class RunDir:
 
         dropped = rewind(self.path, store_rows) if (self.path / STORE_DIR).is_dir() else 0
         truncate_log(self.path / METRICS_FILE, step)
-        for file, points in ((EVALS_FILE, evals), (VALIDATION_FILE, validation or [])):
+        for file, kind, points in (
+            (EVALS_FILE, "eval", evals),
+            (VALIDATION_FILE, "validation", validation or []),
+        ):
             kept = {(p.step, p.phase, p.set) for p in points}
             path = self.path / file
             if path.exists():
                 lines = [line for line in path.read_text().splitlines() if _eval_key(line) in kept]
                 path.write_text("".join(f"{line}\n" for line in lines))
-            kind = "validation" if file == VALIDATION_FILE else "eval"
             stores = self.path / EPISODES_DIR / kind
             names = {self.episodes(kind, *key).name for key in kept}
             for directory in sorted(stores.iterdir()) if stores.is_dir() else []:
