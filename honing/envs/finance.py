@@ -11,8 +11,10 @@ tool_ok per step; risk events: a query's statements against the documents' table
 run do. The judge (`honing.tasks.finance.judge`) reads the documents themselves, never
 the model's database, in process: whatever it fails on is the answer's failure
 (`checker_rejected`). A sandbox or DuckDB failure is an infrastructure failure (`sandbox_error`,
-`verifier_crash`), never a reward of 0. docs/envs.md describes the domain. Not covered: the
-judge's rules themselves (`honing.tasks.finance`).
+`verifier_crash`), never a reward of 0. The reference played (`reference_actions`): a value
+over table cells queries the cells and the arithmetic, then answers; anything else reads the
+pages that hold its citations. docs/envs.md describes the domain. Not covered: the judge's
+rules themselves (`honing.tasks.finance`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from honing.envs.sql import RUN_FAILURE
 from honing.errors import HoningError, RuntimeBuildError, SandboxError
 from honing.sandbox import SandboxPool
 from honing.tasks.finance.cite import trace
-from honing.tasks.finance.docs import Document, create_sql, key, parse_documents
+from honing.tasks.finance.docs import Document, Table, create_sql, key, parse_documents
+from honing.tasks.finance.docs import number as figure
 from honing.tasks.finance.judge import Verdict, judge, parse_submission
 from honing.tasks.finance.query import query_request
 from honing.tasks.finance.task import FinanceTask
@@ -154,7 +157,9 @@ class FinanceEnv(Environment):
         self.state.next_steps = ["list_documents", "read or query the documents", "answer"]
 
     def reference_actions(self, task: AnyTask) -> list[Action]:
-        """Read the pages holding the expected citations, then answer with the reference."""
+        """A value computed from table cells: query the cells, query the arithmetic, answer
+        (`_query_reference`); anything else: read the pages holding the expected citations, then
+        answer with the reference."""
         assert isinstance(task, FinanceTask)
         if task.reference is None:
             raise HoningError(f"task {task.id} has no reference")
@@ -165,6 +170,10 @@ class FinanceEnv(Environment):
         if not isinstance(arguments, dict):
             arguments = {"reference": task.reference}  # malformed: the episode does not end
         documents = parse_documents(task.documents)
+        if task.kind == "value":
+            queried = _query_reference(documents, arguments)
+            if queried is not None:
+                return queried
         pages: dict[tuple[str, int], None] = {}
         for citation in task.expected_citations:
             line = trace(documents, citation).line
@@ -397,6 +406,94 @@ class FinanceEnv(Environment):
             if not seen and (found.table is None or found.table not in self._queried):
                 return 0.0
         return 1.0
+
+
+def _query_reference(
+    documents: dict[str, Document], arguments: dict[str, Any]
+) -> list[Action] | None:
+    """The reference of a value computed from whole-number table cells, or None when it is not
+    one: a query per table selecting the cited cells (the row key first), a query doing the
+    reference's calculation over them (rounded to the reference value's decimals), and the
+    answer citing each cell as the query shows it (the column's SQL name, the number without
+    separators), in the order the queries show them, the calculation renumbered to match. A
+    citation whose value is not the cell's makes it None (the reference, answered as given,
+    fails: the quality filter quarantines it).
+    A small model copies a few numbers from a short result; from a 40-line page it copies the
+    wrong ones, and it cannot do the division in its head."""
+    citations, calculation, value = (
+        arguments.get("citations"), arguments.get("calculation"), arguments.get("value"),
+    )  # fmt: skip
+    if not (isinstance(citations, list) and isinstance(calculation, str) and _text(value)):
+        return None
+    cells: list[tuple[Table, int, int, int]] = []  # table, row, column, place in the reference
+    for place, citation in enumerate(citations):
+        if not isinstance(citation, dict):
+            return None
+        doc = documents.get(str(citation.get("document")))
+        table = doc.table(str(citation.get("table"))) if doc is not None else None
+        if table is None:
+            return None
+        row, column = (
+            table.row_index(str(citation.get("row"))),
+            table.column_index(str(citation.get("column"))),
+        )
+        if row is None or column in (None, 0) or table.types()[column] != "BIGINT":
+            return None
+        if figure(str(citation.get("value"))) != figure(table.rows[row][column]):
+            return None  # a reference that does not hold is answered as given: the judge says so
+        cells.append((table, row, column, place))
+    queries: list[str] = []
+    shown: list[tuple[Table, int, int, int]] = []
+    for name in dict.fromkeys(table.name for table, *_ in cells):
+        mine = [cell for cell in cells if cell[0].name == name]
+        table = mine[0][0]
+        rows = sorted({row for _, row, _, _ in mine})
+        columns = [table.columns[c] for c in sorted({column for _, _, column, _ in mine})]
+        sql = f"SELECT {', '.join([table.columns[0], *columns])} FROM {name}"
+        if len(rows) < len(table.rows):
+            keys = [_literal(table.rows[row][0]) for row in rows]
+            sql += f" WHERE {table.columns[0]} " + (
+                f"= {keys[0]}" if len(keys) == 1 else f"IN ({', '.join(keys)})"
+            )
+        queries.append(sql)
+        shown += sorted(mine, key=lambda cell: (cell[1], cell[2]))
+    moved = {place: index for index, (_, _, _, place) in enumerate(shown)}
+    numbers = [str(figure(table.rows[row][column])) for table, row, column, _ in shown]
+    try:
+        renumbered = re.sub(r"\bc(\d+)\b", lambda m: f"c{moved[int(m[1]) - 1] + 1}", calculation)
+    except KeyError:
+        return None
+    expression = re.sub(r"\bc(\d+)\b", lambda m: numbers[int(m[1]) - 1], renumbered)
+    places = len(value.partition(".")[2])
+    arithmetic = f"SELECT ROUND({expression}, {places})" if places else f"SELECT {expression}"
+    answer = {
+        "citations": [
+            {
+                "document": table.document,
+                "table": table.name,
+                "row": table.rows[row][0],
+                "column": table.columns[column],
+                "value": text,
+            }
+            for (table, row, column, _), text in zip(shown, numbers, strict=True)
+        ],
+        "value": value.rstrip("0").rstrip(".") if places else value,  # as ROUND shows it
+        "calculation": renumbered,
+    }
+    return [
+        Action(tool_calls=[
+            ToolCall(id=f"ref-query-{i}", name="query", arguments={"sql": sql})
+            for i, sql in enumerate(queries)
+        ]),
+        Action(tool_calls=[ToolCall(id="ref-arithmetic", name="query",
+                                    arguments={"sql": arithmetic})]),
+        Action(tool_calls=[ToolCall(id="ref-answer", name="answer", arguments=answer)]),
+    ]  # fmt: skip
+
+
+def _literal(text: str) -> str:
+    """`text` as a SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _inline_answer(content: str) -> list[ToolCall]:

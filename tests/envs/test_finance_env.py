@@ -23,6 +23,7 @@ from honing.envs.registry import make_env
 from honing.sandbox import SandboxPool
 from honing.tasks import load_tasks, verify_references
 from honing.tasks.finance.docs import parse_documents
+from honing.tasks.finance.generate import generate_finance_tasks
 from honing.tasks.finance.judge import (
     CalcError,
     CalcTooLarge,
@@ -176,6 +177,48 @@ async def test_noop_fails_an_unknown_tool_is_a_format_failure_and_rollback_works
     inline = await env.step(Action(content=f"Done.\n```json\n{task.reference}\n```"))
     assert inline.done and inline.components["outcome"] == 1.0
     await env.close()
+
+
+async def test_a_computed_values_reference_queries_the_cells_and_the_arithmetic(
+    pool: SandboxPool,
+) -> None:
+    """The reference of a value over table cells: a query of the cited cells, a query doing the
+    arithmetic (its result shows the answer's value as written), then the answer citing the
+    cells as the query shows them, in its order, the calculation renumbered to match. (A margin
+    cites gross profit before revenue; the table, and so the query, shows revenue first.) An
+    items question still reads its pages."""
+    (margin,) = [t for t in generate_finance_tasks(40, 11) if "compute:margin" in t.tags][:1]
+    given = reference(margin)
+    assert [c["row"] for c in given["citations"]] == ["Gross profit", "Revenue"]
+    assert given["calculation"] == "c1 / c2 * 100"
+    env = await env_for(pool, margin)
+    actions = env.reference_actions(margin)
+    cells, arithmetic, answer = [a.tool_calls for a in actions]
+    table = given["citations"][0]["table"]
+    year = given["citations"][0]["column"].lower()
+    assert [c.arguments for c in cells] == [
+        {
+            "sql": f"SELECT line_item, {year} FROM {table} "
+            "WHERE line_item IN ('Revenue', 'Gross profit')"
+        }
+    ]
+    revenue, gross = (int(c["value"].replace(",", "")) for c in given["citations"][::-1])
+    assert arithmetic[0].arguments == {"sql": f"SELECT ROUND({gross} / {revenue} * 100, 4)"}
+    arguments = answer[0].arguments
+    assert [(c["row"], c["column"], c["value"]) for c in arguments["citations"]] == [
+        ("Revenue", year, str(revenue)),
+        ("Gross profit", year, str(gross)),
+    ]
+    assert arguments["calculation"] == "c2 / c1 * 100"
+    shown = [await env.step(action) for action in actions]
+    assert str(revenue) in text(shown[0]) and str(gross) in text(shown[0])
+    assert arguments["value"] in text(shown[1]).splitlines()
+    assert shown[-1].components["outcome"] == 1.0 and shown[-1].components["checked"] == 1.0
+    await env.close()
+
+    items = example("mismatch")
+    reads = (await env_for(pool, items)).reference_actions(items)
+    assert {c.name for a in reads[:-1] for c in a.tool_calls} == {"read"}
 
 
 def test_the_calculation_is_exact_bounded_and_must_use_every_citation() -> None:
