@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from honing.envs.sql import SqlEnv
+from honing.envs.sql import SqlEnv, unquoted_slip
 from honing.tasks.builtin import EXAMPLES_DIR, tempting
 from honing.tasks.domains import Domain, register
 from honing.tasks.quality import check_sql
@@ -30,6 +30,7 @@ DOMAIN = register(
         generators={"sql": _generate},
         sets={"tempting-sql": partial(tempting, "sql")},
         examples=EXAMPLES_DIR / "sql_examples.jsonl",
+        slip=unquoted_slip,
         description="financial questions answered with DuckDB queries",
     )
 )

@@ -1,14 +1,14 @@
 """The sql domain: answer a question about tables (ledgers, invoices, statements) with DuckDB.
 
 Covered: the tools (`list_tables`, `query`, `answer`, and a reply without a call read as one of
-them), the workspace (the task's tables and the episode's DuckDB database, snapshotted by
-`checkpoint`/`rollback`), the reward components (outcome, rules_passed, query_ok, well_formed)
-and the DuckDB sibling of the shared pool (`duckdb_pool`) the queries run in; the risk events
-of a query (`honing.tasks.sqlrisk`: what its statements do to the task's tables, followed
-through renames) and of every run of the model's SQL (the sandbox's); docs/envs.md ("Domains",
-"Verdicts", "Risk") has the details. The answer is judged by the task's rules
-(`honing.tasks.sqlcheck`) on a fresh copy of the tables: what the model did to its database does
-not count. Not covered: the judge itself (`honing.tasks.sqlcheck`).
+them), the slip of a recovery trace (`unquoted_slip`), the workspace (the task's tables and the
+episode's DuckDB database, snapshotted by `checkpoint`/`rollback`), the reward components
+(outcome, rules_passed, query_ok, well_formed) and the DuckDB sibling of the shared pool
+(`duckdb_pool`) the queries run in; the risk events of a query (`honing.tasks.sqlrisk`: what its
+statements do to the task's tables, followed through renames) and of every run of the model's
+SQL (the sandbox's); docs/envs.md ("Domains", "Verdicts", "Risk") has the details. The answer is
+judged by the task's rules (`honing.tasks.sqlcheck`) on a fresh copy of the tables: what the
+model did to its database does not count. Not covered: the judge itself (`honing.tasks.sqlcheck`).
 """
 
 from __future__ import annotations
@@ -258,6 +258,32 @@ class SqlEnv(Environment):
         outcome = CallOutcome(True, content, components=components, log=judgement.render(),
                               risks=judgement.risks)  # fmt: skip
         return outcome, f"answer -> {passed}/{total} checks"
+
+
+LITERAL = re.compile(r"'((?:[^']|'')*)'")
+DATE_LIKE = re.compile(r"\d{4}-\d{2}(?:-\d{2})?")
+
+
+def unquoted_slip(task: AnyTask, actions: list[Action]) -> Action | None:
+    """The first query of `actions` with one string literal written without its quotes, a
+    period or date first (`period <= 2019-05`: DuckDB reads 2019 - 5 and refuses to compare it
+    with text), else the first literal with a letter or digit; None when the first query has
+    none. The slip of a recovery trace (`Domain.slip`): the failed query the sql policy wrote
+    most after RL (validation, 2026-12-07)."""
+    for action in actions:
+        for call in action.tool_calls:
+            if call.name != "query" or not isinstance(call.arguments.get("sql"), str):
+                continue
+            sql = call.arguments["sql"]
+            words = [m for m in LITERAL.finditer(sql) if any(c.isalnum() for c in m[1])]
+            dates = [m for m in words if DATE_LIKE.fullmatch(m[1])]
+            if not words:
+                return None
+            chosen = (dates or words)[0]
+            wrong = sql[: chosen.start()] + chosen[1].replace("''", "'") + sql[chosen.end() :]
+            return Action(tool_calls=[ToolCall(id="slip-query", name="query",
+                                               arguments={"sql": wrong})])  # fmt: skip
+    return None
 
 
 def _clip(text: str) -> str:

@@ -72,6 +72,10 @@ class Domain:
     # Warm-start traces: (task, the env's reference actions) -> how to play it instead (None:
     # play the reference actions as they are).
     trace_plan: Callable[[Any, list[Any]], TracePlan | None] | None = None
+    # Recovery traces: (task, the env's reference actions) -> a wrong first action the way a
+    # policy gets it wrong, which the environment answers with an error (None: none for this
+    # task). The warm start plays it, masked from the loss, before the reference.
+    slip: Callable[[Any, list[Any]], Any | None] | None = None
     description: str = ""
 
 

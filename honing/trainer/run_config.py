@@ -228,6 +228,15 @@ class WarmStart(StrictModel):
         "tasks every run: chosen by a hash of their id), so the warm-started policy takes both "
         "paths. Every trace must still succeed.",
     )
+    recovery_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="traces only: this share of the trace tasks whose domain has a slip (sql: "
+        "the first query with a literal unquoted) begin with it and the error it gets, the slip "
+        "kept as context only (not learned), then the reference: the warm-started policy sees "
+        "a failed call answered by a corrected one (the same tasks every run).",
+    )
     reject_share: float = Field(
         0.5,
         ge=0,
@@ -246,6 +255,11 @@ class WarmStart(StrictModel):
             raise ValueError("warm_start needs exactly one of data (a JSONL file) or traces")
         if self.extra_traces and self.traces is None:
             raise ValueError("warm_start.extra_traces adds to traces: set traces too")
+        if self.recovery_share > 0 and self.traces is None:
+            raise ValueError(
+                f"warm_start.recovery_share ({self.recovery_share:g}) applies to traces only; "
+                "warm_start.data is played as it is: drop recovery_share"
+            )
         if self.risky_share > 0 and self.traces is None:
             raise ValueError(
                 f"warm_start.risky_share ({self.risky_share:g}) applies to traces only; "

@@ -7,7 +7,10 @@ A trace is the conversation the agent loop would have had, had the model written
 actions itself; it tokenises exactly like the agent's trajectory of the same actions. Every trace
 is played in the sandbox and must end with outcome 1. `calculator_first` plays arithmetic math
 tasks as a calculator call, then the answer; `risky_share` plays that share of the tasks that
-have a `metadata.risky_reference` from it instead (docs/training.md, "The modules in detail").
+have a `metadata.risky_reference` from it instead; `recovery_share` begins that share of the
+tasks whose domain has a slip (`Domain.slip`: sql's query with a literal unquoted) with the slip
+and the error it gets, the slip kept as context only (weight 0), then the reference: a recovery
+from a failed call (docs/training.md, "The modules in detail").
 `trace_budget(traces, tokenizer, max_new_tokens, max_turns)` says whether an agent's budget can
 write them (a longer turn is cut mid-call: the policy would learn episodes it cannot finish).
 Not covered: traces sampled from a model (use rollouts and the store), reasoning text before the
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from honing.envs.base import Action, EnvConfig
+from honing.envs.base import Action, EnvConfig, Environment
 from honing.envs.registry import make_env
 from honing.errors import ConfigError, HoningError
 from honing.rollout.chat import Message, observation_messages, parse_action
@@ -49,6 +52,7 @@ class Trace:
     outcome: float
     calculator: bool = False  # played calculator-first
     risky: bool = False  # played from the task's metadata.risky_reference
+    slipped: bool = False  # began with its domain's slip (weight 0), its error, then the reference
     actions: list[str] = field(default_factory=list)  # the assistant texts, in order
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -149,6 +153,23 @@ def risky_choice(tasks: Sequence[AnyTask], share: float) -> set[str]:
     return set(eligible[: int(share * len(eligible) + 0.5)])
 
 
+def recovery_choice(tasks: Sequence[AnyTask], share: float) -> set[str]:
+    """The ids of the `share` of `tasks` whose domain has a slip (`Domain.slip`) to begin their
+    trace with: the same tasks every run (by a hash of their id); ConfigError when `share` > 0
+    and no task's domain has one."""
+    if share <= 0:
+        return set()
+    eligible = sorted({t.id for t in tasks if domains.get(t.domain).slip is not None},
+                      key=lambda i: hashlib.sha256(f"slip:{i}".encode()).hexdigest())  # fmt: skip
+    if not eligible:
+        with_slip = sorted(n for n, d in domains.registry().items() if d.slip is not None)
+        raise ConfigError(
+            f"recovery_share is {share:g}, but none of the {len(tasks)} trace tasks is of a "
+            f"domain with a slip to recover from ({', '.join(with_slip) or 'none'}): set it to 0"
+        )
+    return set(eligible[: int(share * len(eligible) + 0.5)])
+
+
 # -- playing -----------------------------------------------------------------------------------
 def trace_plan(task: AnyTask, env_actions: list[Action], *, calculator_first: bool) -> TracePlan:
     """How to play `task`: its domain's plan (`Domain.trace_plan`: math's calculator first)
@@ -166,9 +187,12 @@ async def play_reference(
     env_config: EnvConfig | None = None,
     restate: bool = True,
     risky: bool = False,
+    slip: bool = False,
 ) -> Trace:
     """Play `task`'s reference through its real environment; the trace, with its outcome.
-    `risky`: play its `metadata.risky_reference` instead, as it is (never calculator-first)."""
+    `risky`: play its `metadata.risky_reference` instead, as it is (never calculator-first).
+    `slip`: first its domain's slip (`Domain.slip`), kept with weight 0 when the environment
+    answers it with an error; when it gets none, the task is played again without it."""
     env = make_env(task.domain, pool, env_config)
     try:
         if risky:
@@ -181,12 +205,22 @@ async def play_reference(
             references = env.reference_actions(task)
             plan = trace_plan(task, references, calculator_first=calculator_first)
         actions, calculator = plan.actions, plan.actions is not references
+        slip_of = domains.get(task.domain).slip if slip else None
+        wrong = slip_of(task, references) if slip_of is not None else None
         observation = await env.reset(task)
         messages: list[Message] = []
         if system_prompt is not None:
             messages.append({"role": "system", "content": system_prompt})
         messages.append({"role": "user", "content": observation.text})
-        outcome, texts = 0.0, []
+        outcome, texts = 0.0, list[str]()
+        if wrong is not None:
+            played = await _play_slip(env, task, wrong, restate)
+            if played is None:  # accepted: the trace is played as if there were no slip
+                return await play_reference(task, pool, calculator_first=calculator_first,
+                                            system_prompt=system_prompt, env_config=env_config,
+                                            restate=restate, risky=risky)  # fmt: skip
+            texts.append(wrong_text := action_text(wrong))
+            messages += [{"role": "assistant", "content": wrong_text, "weight": 0}, *played]
         for turn, planned in enumerate(actions):
             text = action_text(planned)
             action = parse_action(text, call_prefix=f"call_{turn}")  # exactly as the agent does
@@ -206,10 +240,24 @@ async def play_reference(
             outcome = max(outcome, result.components.get(OUTCOME, 0.0))
             if result.done:
                 break
-        return Trace(task.id, messages, list(observation.tools), outcome,
-                     calculator=calculator, risky=risky, actions=texts)  # fmt: skip
+        slipped = any(m.get("weight") == 0 for m in messages)
+        return Trace(task.id, messages, list(observation.tools), outcome, calculator=calculator,
+                     risky=risky, slipped=slipped, actions=texts)  # fmt: skip
     finally:
         await env.close()
+
+
+async def _play_slip(
+    env: Environment, task: AnyTask, slip: Action, restate: bool
+) -> list[Message] | None:
+    """Play `slip` first: the messages that show its error, or None when the environment
+    accepts it (no error, or the episode ends): a slip that is no mistake is no recovery."""
+    result = await env.step(parse_action(action_text(slip), call_prefix="call_slip"))
+    if result.info.infrastructure:
+        raise TraceError(f"{task.id}: infrastructure failure at its slip: {result.info.detail}")
+    if result.info.failure is None or result.done:
+        return None
+    return observation_messages(result.observation, tool_role=True, restate=restate)
 
 
 async def reference_traces(
@@ -222,12 +270,15 @@ async def reference_traces(
     restate: bool = True,
     concurrency: int = 8,
     risky_share: float = 0.0,
+    recovery_share: float = 0.0,
 ) -> list[Trace]:
     """Every task's reference trace, in task order, `risky_share` of those with a risky
-    reference played from it (`risky_choice`); TraceError lists the tasks whose reference did
-    not end with outcome 1 (or could not be played)."""
+    reference played from it (`risky_choice`), `recovery_share` of those whose domain has a
+    slip begun with it (`recovery_choice`); TraceError lists the tasks whose reference did not
+    end with outcome 1 (or could not be played)."""
     items = list(tasks.tasks if isinstance(tasks, TaskSet) else tasks)
     risky = risky_choice(items, risky_share)
+    slips = recovery_choice(items, recovery_share)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(task: AnyTask) -> Trace | str:
@@ -241,6 +292,7 @@ async def reference_traces(
                     env_config=env_config,
                     restate=restate,
                     risky=task.id in risky,
+                    slip=task.id in slips,
                 )
             except HoningError as exc:
                 return f"{task.id}: {exc}"
@@ -286,6 +338,7 @@ async def write_traces(
     env_config: EnvConfig | None = None,
     restate: bool = True,
     risky_share: float = 0.0,
+    recovery_share: float = 0.0,
 ) -> list[Trace]:
     """Play every reference (see `reference_traces`) and write them as SFT JSONL to `path`;
     nothing is written when one fails."""
@@ -297,6 +350,7 @@ async def write_traces(
         env_config=env_config,
         restate=restate,
         risky_share=risky_share,
+        recovery_share=recovery_share,
     )
     write_rows(path, (trace.to_json_dict() for trace in traces))
     return traces

@@ -3,7 +3,8 @@
     model_dir = await warm_start(config, run_dir)    # RUN/warm_start/model, or reused
 
 With `warm_start.traces`, the SFT data are tool-use traces made by playing the source's tasks'
-reference solutions (`risky_share` of those with a risky path: that path) through the real
+reference solutions (`risky_share` of those with a risky path: that path; `recovery_share`
+of those with a slip: the slip and its error first) through the real
 environments (`honing.trainer.traces`), rendered exactly as the agent loop renders rollouts
 (with `team:`, every role's turns of the tasks played by a scripted team instead,
 `honing.trainer.team_traces`);
@@ -37,7 +38,7 @@ from honing.trainer.run_dir import DONE_FILE, WARM_DIR, RunDir
 from honing.trainer.sft import SftConfig, run_sft
 from honing.trainer.sources import warm_start_tasks
 from honing.trainer.team_traces import write_team_traces
-from honing.trainer.traces import risky_choice, trace_budget, write_traces
+from honing.trainer.traces import recovery_choice, risky_choice, trace_budget, write_traces
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,9 @@ async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
     data = settings.data
     if settings.traces is not None:
         taskset = warm_start_tasks(settings)
-        try:  # before the sandbox starts: a config without a risky path fails at once
+        try:  # before the sandbox starts: a config without a risky path or slip fails at once
             risky_choice(taskset.tasks, settings.risky_share)
+            recovery_choice(taskset.tasks, settings.recovery_share)
         except ConfigError as exc:
             raise ConfigError(f"warm_start.traces ({taskset.name}): {exc}") from exc
         data = out / "traces.jsonl"
@@ -93,12 +95,15 @@ async def warm_start(config: TrainConfig, run_dir: Path) -> Path:
                     env_config=env,
                     restate=config.agent.restate,
                     risky_share=settings.risky_share,
+                    recovery_share=settings.recovery_share,
                 )
                 log.info(
-                    "warm start: %d reference traces of %s (%d from risky references) -> %s",
+                    "warm start: %d reference traces of %s (%d from risky references, %d "
+                    "recovering from a slip) -> %s",
                     len(traces),
                     taskset.name,
                     sum(t.risky for t in traces),
+                    sum(t.slipped for t in traces),
                     data,
                 )
                 agent = config.agent
