@@ -240,9 +240,8 @@ async def play_reference(
             outcome = max(outcome, result.components.get(OUTCOME, 0.0))
             if result.done:
                 break
-        slipped = any(m.get("weight") == 0 for m in messages)
         return Trace(task.id, messages, list(observation.tools), outcome, calculator=calculator,
-                     risky=risky, slipped=slipped, actions=texts)  # fmt: skip
+                     risky=risky, slipped=wrong is not None, actions=texts)  # fmt: skip
     finally:
         await env.close()
 
