@@ -1,7 +1,7 @@
 """Every recipe in examples/ with a reference-trace warm start gives its agent the budget its
 references need: each assistant turn of a warm-start or training task's reference, played
-through the real environment, fits `agent.max_new_tokens` (its end token included) and
-`agent.max_turns`. A recipe whose budget cuts a family's answers teaches the policy episodes it
+through the real environment as the recipe's warm start plays it (its risky paths, its slips),
+fits `agent.max_new_tokens` (its end token included) and `agent.max_turns`. A recipe whose budget cuts a family's answers teaches the policy episodes it
 can never finish, and its RL cannot learn that family: the sql recipe gave 128 tokens to
 answers of up to 156, and two of its six families stayed at 0%.
 
@@ -59,8 +59,9 @@ async def test_the_recipes_agent_budget_fits_its_references(
     sources = [config.warm_start.traces, *config.warm_start.extra_traces, *config.train.values()]
     tasks = [t for spec in sources for t in load_source("recipe", spec).tasks[:PLAYED]]
     traces = await reference_traces(tasks, module_pool, system_prompt=config.agent.system_prompt,
-                                    env_config=config.env_config,
-                                    restate=config.agent.restate)  # fmt: skip
+                                    env_config=config.env_config, restate=config.agent.restate,
+                                    risky_share=config.warm_start.risky_share,
+                                    recovery_share=config.warm_start.recovery_share)  # fmt: skip
     agent = config.agent
     # SmolLM2's tokenizer, as the recipes' default model has
     budget = trace_budget(traces, load_tokenizer(tiny_model_dir), agent.max_new_tokens,
