@@ -133,6 +133,13 @@ class AgentSettings(StrictModel):
         "next steps); false: only what changed (errors, new next steps) after the first, for "
         "short episodes whose transcript already holds the rest (fewer tokens a turn).",
     )
+    generate_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds one model turn may take before the episode is an infrastructure "
+        "failure (`infra:generate`). A CPU decoding many long-context rows at once needs more "
+        "(finance: 32 rows of 2-3k tokens on 2 shared cores passed 600 s), or fewer engine.slots.",
+    )
 
     def saved(self) -> SavedAgent:
         """These settings as saved beside a model the run wrote (`honing_agent.json`), so that
@@ -233,9 +240,10 @@ class WarmStart(StrictModel):
         ge=0,
         le=1,
         description="traces only: this share of the trace tasks whose domain has a slip (sql: "
-        "the first query with a literal unquoted) begin with it and the error it gets, the slip "
-        "kept as context only (not learned), then the reference: the warm-started policy sees "
-        "a failed call answered by a corrected one (the same tasks every run).",
+        "the first query with a literal unquoted) get a second trace beside their own, which "
+        "begins with the slip and the error it gets, the slip kept as context only (not "
+        "learned), then the reference: the warm-started policy sees a failed call answered by "
+        "a corrected one (the same tasks every run).",
     )
     reject_share: float = Field(
         0.5,
@@ -566,7 +574,7 @@ class TrainConfig(StrictModel):
     def agent_config(self, temperature: float, seed: int | None) -> AgentConfig:
         """The agent loop's settings (`agent`) at this sampling temperature and seed: training
         rollouts use `agent.temperature`, held-out evaluations `eval.temperature`."""
-        from honing.rollout.agent import AgentConfig
+        from honing.rollout.agent import AgentConfig, Deadlines
         from honing.rollout.engines.base import SamplingParams
 
         a = self.agent
@@ -579,6 +587,7 @@ class TrainConfig(StrictModel):
             max_total_tokens=a.max_total_tokens,
             system_prompt=a.system_prompt,
             restate=a.restate,
+            deadlines=Deadlines(generate_s=a.generate_timeout_s),
         )
 
     def phase_at(self, step: int) -> tuple[int, Phase]:

@@ -7,10 +7,11 @@ A trace is the conversation the agent loop would have had, had the model written
 actions itself; it tokenises exactly like the agent's trajectory of the same actions. Every trace
 is played in the sandbox and must end with outcome 1. `calculator_first` plays arithmetic math
 tasks as a calculator call, then the answer; `risky_share` plays that share of the tasks that
-have a `metadata.risky_reference` from it instead; `recovery_share` begins that share of the
-tasks whose domain has a slip (`Domain.slip`: sql's query with a literal unquoted) with the slip
-and the error it gets, the slip kept as context only (weight 0), then the reference: a recovery
-from a failed call (docs/training.md, "The modules in detail").
+have a `metadata.risky_reference` from it instead; `recovery_share` gives that share of the
+tasks whose domain has a slip (`Domain.slip`: sql's query with a literal unquoted) a second
+trace, beside their own, that begins with the slip and the error it gets, the slip kept as
+context only (weight 0), then the reference: a recovery from a failed call (docs/training.md,
+"The modules in detail").
 `trace_budget(traces, tokenizer, max_new_tokens, max_turns)` says whether an agent's budget can
 write them (a longer turn is cut mid-call: the policy would learn episodes it cannot finish).
 Not covered: traces sampled from a model (use rollouts and the store), reasoning text before the
@@ -52,12 +53,13 @@ class Trace:
     outcome: float
     calculator: bool = False  # played calculator-first
     risky: bool = False  # played from the task's metadata.risky_reference
-    slipped: bool = False  # began with its domain's slip (weight 0), its error, then the reference
+    slipped: bool = False  # begins with its domain's slip (weight 0) and its error: a recovery
     actions: list[str] = field(default_factory=list)  # the assistant texts, in order
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The `honing sft` row."""
-        return {"id": self.task_id, "messages": self.messages, "tools": self.tools}
+        """The `honing sft` row (a recovery trace's id ends in `/recovery`)."""
+        name = f"{self.task_id}/recovery" if self.slipped else self.task_id
+        return {"id": name, "messages": self.messages, "tools": self.tools}
 
 
 class TraceError(HoningError):
@@ -272,37 +274,45 @@ async def reference_traces(
     recovery_share: float = 0.0,
 ) -> list[Trace]:
     """Every task's reference trace, in task order, `risky_share` of those with a risky
-    reference played from it (`risky_choice`), `recovery_share` of those whose domain has a
-    slip begun with it (`recovery_choice`); TraceError lists the tasks whose reference did not
-    end with outcome 1 (or could not be played)."""
+    reference played from it (`risky_choice`), and after each of the `recovery_share` of those
+    whose domain has a slip (`recovery_choice`) a second one begun with it (none when the
+    environment accepts the slip); TraceError lists the tasks whose reference did not end with
+    outcome 1 (or could not be played)."""
     items = list(tasks.tasks if isinstance(tasks, TaskSet) else tasks)
     risky = risky_choice(items, risky_share)
     slips = recovery_choice(items, recovery_share)
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(task: AnyTask) -> Trace | str:
-        async with gate:
-            try:
-                trace = await play_reference(
-                    task,
-                    pool,
-                    calculator_first=calculator_first,
-                    system_prompt=system_prompt,
-                    env_config=env_config,
-                    restate=restate,
-                    risky=task.id in risky,
-                    slip=task.id in slips,
+    async def one(task: AnyTask) -> list[Trace] | str:
+        out: list[Trace] = []
+        for slip in (False, True) if task.id in slips else (False,):
+            async with gate:
+                try:
+                    trace = await play_reference(
+                        task,
+                        pool,
+                        calculator_first=calculator_first,
+                        system_prompt=system_prompt,
+                        env_config=env_config,
+                        restate=restate,
+                        risky=task.id in risky,
+                        slip=slip,
+                    )
+                except HoningError as exc:
+                    return f"{task.id}: {exc}"
+            if trace.outcome < 1.0:
+                which = "risky reference" if trace.risky else "reference"
+                after = " after its slip" if trace.slipped else ""
+                return (
+                    f"{task.id}: outcome {trace.outcome:g} (the {which} does not solve it{after})"
                 )
-            except HoningError as exc:
-                return f"{task.id}: {exc}"
-        if trace.outcome < 1.0:
-            which = "risky reference" if trace.risky else "reference"
-            return f"{task.id}: outcome {trace.outcome:g} (the {which} does not solve it)"
-        return trace
+            if trace.slipped or not slip:
+                out.append(trace)
+        return out
 
     played = await asyncio.gather(*(one(t) for t in items))
     raise_failed([p for p in played if isinstance(p, str)], len(items), "reference episodes")
-    return [p for p in played if isinstance(p, Trace)]
+    return [trace for p in played if not isinstance(p, str) for trace in p]
 
 
 def raise_failed(failed: Sequence[str], total: int, what: str) -> None:

@@ -37,6 +37,18 @@ def test_the_environment_plays_agent_max_turns_steps(tmp_path: Path) -> None:
     assert same.env_config.max_steps == 3
 
 
+def test_the_agents_generate_deadline_is_the_configs(tmp_path: Path) -> None:
+    """A slow CPU's long turns need more than the default 600 s (the finance recipe's 32 rows
+    of 2-3k tokens passed it: every episode an infrastructure failure)."""
+    default = load_yaml_model(config_file(tmp_path), TrainConfig)
+    assert default.agent_config(0.0, 0).deadlines.generate_s == 600.0
+    path = config_file(tmp_path, agent={"max_turns": 3, "generate_timeout_s": 1800})
+    config = load_yaml_model(path, TrainConfig)
+    assert config.agent_config(0.7, 1).deadlines.generate_s == 1800.0
+    with pytest.raises(ConfigError, match="generate_timeout_s"):
+        load_yaml_model(config_file(tmp_path, agent={"generate_timeout_s": 0}), TrainConfig)
+
+
 def test_a_conflicting_env_max_steps_is_an_error_naming_both_keys(tmp_path: Path) -> None:
     path = config_file(tmp_path, env={"max_steps": 8})
     with pytest.raises(ConfigError) as caught:
