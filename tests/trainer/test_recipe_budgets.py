@@ -1,9 +1,10 @@
 """Every recipe in examples/ with a reference-trace warm start gives its agent the budget its
 references need: each assistant turn of a warm-start or training task's reference, played
 through the real environment as the recipe's warm start plays it (its risky paths, its slips),
-fits `agent.max_new_tokens` (its end token included) and `agent.max_turns`. A recipe whose budget cuts a family's answers teaches the policy episodes it
-can never finish, and its RL cannot learn that family: the sql recipe gave 128 tokens to
-answers of up to 156, and two of its six families stayed at 0%.
+fits `agent.max_new_tokens` (its end token included) and `agent.max_turns`. A recipe whose
+budget cuts a family's answers teaches the policy episodes it can never finish, and its RL
+cannot learn that family: the sql recipe gave 128 tokens to answers of up to 156, and two of its
+six families stayed at 0%.
 
 The first tasks of each set are played (the generators cycle through their families, so every
 family is among them); a longer reference deep in a set is the warm start's own warning's to
