@@ -74,7 +74,8 @@ class Domain:
     trace_plan: Callable[[Any, list[Any]], TracePlan | None] | None = None
     # Recovery traces: (task, the env's reference actions) -> a wrong first action the way a
     # policy gets it wrong, which the environment answers with an error (None: none for this
-    # task). The warm start plays it, masked from the loss, before the reference.
+    # task). The warm start plays it, masked from the loss, then the reference: a second trace
+    # of the task, beside its own (`warm_start.recovery_share`).
     slip: Callable[[Any, list[Any]], Any | None] | None = None
     description: str = ""
 

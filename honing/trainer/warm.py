@@ -4,7 +4,7 @@
 
 With `warm_start.traces`, the SFT data are tool-use traces made by playing the source's tasks'
 reference solutions (`risky_share` of those with a risky path: that path; `recovery_share`
-of those with a slip: the slip and its error first) through the real
+of those with a slip: a second trace, the slip and its error first) through the real
 environments (`honing.trainer.traces`), rendered exactly as the agent loop renders rollouts
 (with `team:`, every role's turns of the tasks played by a scripted team instead,
 `honing.trainer.team_traces`);
