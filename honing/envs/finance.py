@@ -41,7 +41,14 @@ from honing.envs.sql import RUN_FAILURE
 from honing.errors import HoningError, RuntimeBuildError, SandboxError
 from honing.sandbox import SandboxPool
 from honing.tasks.finance.cite import trace
-from honing.tasks.finance.docs import Document, Table, create_sql, key, parse_documents
+from honing.tasks.finance.docs import (
+    Document,
+    Table,
+    create_sql,
+    key,
+    parse_documents,
+    sql_literal,
+)
 from honing.tasks.finance.docs import number as figure
 from honing.tasks.finance.judge import Verdict, judge, parse_submission
 from honing.tasks.finance.query import query_request
@@ -451,7 +458,8 @@ def _query_reference(
         columns = [table.columns[c] for c in sorted({column for _, _, column, _ in mine})]
         sql = f"SELECT {', '.join([table.columns[0], *columns])} FROM {name}"
         if len(rows) < len(table.rows):
-            keys = [_literal(table.rows[row][0]) for row in rows]
+            kind = table.types()[0]
+            keys = [sql_literal(table.rows[row][0], kind) for row in rows]
             sql += f" WHERE {table.columns[0]} " + (
                 f"= {keys[0]}" if len(keys) == 1 else f"IN ({', '.join(keys)})"
             )
@@ -489,11 +497,6 @@ def _query_reference(
                                     arguments={"sql": arithmetic})]),
         Action(tool_calls=[ToolCall(id="ref-answer", name="answer", arguments=answer)]),
     ]  # fmt: skip
-
-
-def _literal(text: str) -> str:
-    """`text` as a SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _inline_answer(content: str) -> list[ToolCall]:

@@ -276,10 +276,9 @@ def unquoted_slip(task: AnyTask, actions: list[Action]) -> Action | None:
                 continue
             sql = call.arguments["sql"]
             words = [m for m in LITERAL.finditer(sql) if any(c.isalnum() for c in m[1])]
-            dates = [m for m in words if DATE_LIKE.fullmatch(m[1])]
             if not words:
                 return None
-            chosen = (dates or words)[0]
+            chosen = next((m for m in words if DATE_LIKE.fullmatch(m[1])), words[0])
             wrong = sql[: chosen.start()] + chosen[1].replace("''", "'") + sql[chosen.end() :]
             return Action(tool_calls=[ToolCall(id="slip-query", name="query",
                                                arguments={"sql": wrong})])  # fmt: skip

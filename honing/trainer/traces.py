@@ -190,11 +190,12 @@ async def play_reference(
     restate: bool = True,
     risky: bool = False,
     slip: bool = False,
-) -> Trace:
+) -> Trace | None:
     """Play `task`'s reference through its real environment; the trace, with its outcome.
     `risky`: play its `metadata.risky_reference` instead, as it is (never calculator-first).
-    `slip`: first its domain's slip (`Domain.slip`), kept with weight 0 when the environment
-    answers it with an error; when it gets none, the task is played again without it."""
+    `slip`: first its domain's slip (`Domain.slip`), kept with weight 0, and the error the
+    environment answers it with; None (only with `slip`) when the task has no slip or the
+    environment accepts it: there is nothing to recover from."""
     env = make_env(task.domain, pool, env_config)
     try:
         if risky:
@@ -208,21 +209,21 @@ async def play_reference(
             plan = trace_plan(task, references, calculator_first=calculator_first)
         actions, calculator = plan.actions, plan.actions is not references
         slip_of = domains.get(task.domain).slip if slip else None
-        wrong = slip_of(task, references) if slip_of is not None else None
+        mistake = slip_of(task, references) if slip_of is not None else None
+        if slip and mistake is None:
+            return None
         observation = await env.reset(task)
         messages: list[Message] = []
         if system_prompt is not None:
             messages.append({"role": "system", "content": system_prompt})
         messages.append({"role": "user", "content": observation.text})
         outcome, texts = 0.0, list[str]()
-        if wrong is not None:
-            played = await _play_slip(env, task, wrong, restate)
-            if played is None:  # accepted: the trace is played as if there were no slip
-                return await play_reference(task, pool, calculator_first=calculator_first,
-                                            system_prompt=system_prompt, env_config=env_config,
-                                            restate=restate, risky=risky)  # fmt: skip
-            texts.append(wrong_text := action_text(wrong))
-            messages += [{"role": "assistant", "content": wrong_text, "weight": 0}, *played]
+        if mistake is not None:
+            played = await _play_slip(env, task, mistake, restate)
+            if played is None:
+                return None
+            texts.append(mistake_text := action_text(mistake))
+            messages += [{"role": "assistant", "content": mistake_text, "weight": 0}, *played]
         for turn, planned in enumerate(actions):
             text = action_text(planned)
             action = parse_action(text, call_prefix=f"call_{turn}")  # exactly as the agent does
@@ -243,7 +244,7 @@ async def play_reference(
             if result.done:
                 break
         return Trace(task.id, messages, list(observation.tools), outcome, calculator=calculator,
-                     risky=risky, slipped=wrong is not None, actions=texts)  # fmt: skip
+                     risky=risky, slipped=slip, actions=texts)  # fmt: skip
     finally:
         await env.close()
 
@@ -300,14 +301,15 @@ async def reference_traces(
                     )
                 except HoningError as exc:
                     return f"{task.id}: {exc}"
+            if trace is None:  # no slip to recover from
+                continue
             if trace.outcome < 1.0:
                 which = "risky reference" if trace.risky else "reference"
                 after = " after its slip" if trace.slipped else ""
                 return (
                     f"{task.id}: outcome {trace.outcome:g} (the {which} does not solve it{after})"
                 )
-            if trace.slipped or not slip:
-                out.append(trace)
+            out.append(trace)
         return out
 
     played = await asyncio.gather(*(one(t) for t in items))

@@ -268,7 +268,8 @@ def _csv_table(document: str, stem: str, text: str, taken: set[str]) -> Table:
     )
 
 
-def _literal(cell: str, kind: str) -> str:
+def sql_literal(cell: str, kind: str) -> str:
+    """A cell as written, as a SQL literal of its column's DuckDB type (`Table.types`)."""
     if cell.strip().casefold() in EMPTY:
         return "NULL"
     if kind != "VARCHAR":
@@ -289,7 +290,7 @@ def table_sql(table: Table) -> str:
     statements = [f"CREATE TABLE {_quoted(table.name)} ({columns})"]
     if table.rows:
         values = ", ".join(
-            "(" + ", ".join(_literal(c, t) for c, t in zip(row, types, strict=True)) + ")"
+            "(" + ", ".join(sql_literal(c, t) for c, t in zip(row, types, strict=True)) + ")"
             for row in table.rows
         )
         statements.append(f"INSERT INTO {_quoted(table.name)} VALUES {values}")
