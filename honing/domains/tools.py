@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from honing.envs.tools import ToolsEnv
+from honing.envs.tools import ToolsEnv, tools_slip
 from honing.tasks.builtin import EXAMPLES_DIR, bfcl, tempting
 from honing.tasks.domains import Domain, register
 from honing.tasks.quality import check_tools
@@ -31,5 +31,6 @@ DOMAIN = register(
         sets={"bfcl": bfcl, "tempting-tools": partial(tempting, "tools")},
         examples=EXAMPLES_DIR / "tools_examples.jsonl",
         description="function calling: unit conversion, calendar, lookup, calculator",
+        slip=tools_slip,
     )
 )

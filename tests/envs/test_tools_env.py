@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from honing.envs import Action, EnvConfig, FailureReason, ToolCall
-from honing.envs.tools import ToolError, ToolsEnv, calendar, convert_units
+from honing.envs.tools import ToolError, ToolsEnv, calendar, convert_units, takes
 from honing.sandbox import SandboxPool
 from honing.tasks import ToolsTask
 
@@ -64,8 +64,12 @@ def test_convert_units_and_calendar() -> None:
     assert convert_units(1, "mi", "km") == pytest.approx(1.609344)
     assert convert_units(212, "F", "C") == pytest.approx(100)
     assert convert_units(2, "h", "min") == pytest.approx(120)
-    with pytest.raises(ToolError, match="cannot convert 'kg' to 'm'"):
+    with pytest.raises(ToolError, match="cannot convert 'kg' to 'm': mass is not length"):
         convert_units(1, "kg", "m")
+    # an unknown unit: the error lists the ones there are, so the next call can use one
+    with pytest.raises(ToolError, match="unknown unit 'inch'; the units are length m, km") as err:
+        convert_units(882, "inch", "mm")
+    assert "in, yd;" in str(err.value) and str(err.value).endswith("temperature C, F, K")
     assert calendar("weekday", "2026-11-29") == "Sunday"
     assert calendar("add_days", "2026-12-30", days=3) == "2027-01-02"
     assert calendar("days_between", "2026-01-01", other="2026-03-01") == "59"
@@ -137,8 +141,15 @@ async def test_forbidden_tools_and_budget_break_constraints(env: ToolsEnv) -> No
 
 async def test_bad_arguments_and_unknown_tools(env: ToolsEnv) -> None:
     await env.reset(TRIP)
-    result = await env.step(calls(call("convert_units", amount=3)))
+    result = await env.step(calls(call("convert_units", value=3)))
     assert result.info.failure is FailureReason.MALFORMED_ACTION
+    said = result.observation.tool_results[0].content
+    assert "missing 2 required positional arguments" in said
+    assert said.endswith("it takes value (number), from_unit (string), to_unit (string)")
+    assert takes("calendar") == (
+        "it takes operation (string), date (string), days (integer, optional), other (string, "
+        "optional)"
+    )
     result = await env.step(calls(call("web_search", q="marathon")))
     assert result.info.failure is FailureReason.UNKNOWN_TOOL
     assert result.components["well_formed"] == 0.0

@@ -19,16 +19,18 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-import honing.domains.sql  # noqa: F401  (registers the domain)
+import honing.domains.sql
+import honing.domains.tools  # noqa: F401  (both register their domains)
 from honing.envs import Action, ToolCall
 from honing.envs.sql import unquoted_slip
+from honing.envs.tools import tools_slip
 from honing.errors import ConfigError
 from honing.rollout.chat import ChatFormat
 from honing.rollout.models import load_tokenizer
 from honing.sandbox import SandboxPool
 from honing.tasks import domains
 from honing.tasks.load import AnyTask
-from honing.tasks.synthetic import generate_math_tasks, generate_sql_tasks
+from honing.tasks.synthetic import generate_math_tasks, generate_sql_tasks, generate_tools_tasks
 from honing.trainer.run_config import WarmStart
 from honing.trainer.sft import parse_example, tokenize_example
 from honing.trainer.traces import recovery_choice, reference_traces, trace_budget
@@ -135,3 +137,41 @@ async def test_a_slip_the_environment_accepts_is_left_out(
         traces = await reference_traces(tasks, module_pool, system_prompt="", restate=False,
                                         recovery_share=1.0)  # fmt: skip
     assert traces == plain  # no recovery trace: each task's own, once
+
+
+def test_the_tools_slip_drops_or_spells_out_the_units_and_misnames_the_calendar_operation() -> None:
+    def call(name: str, **arguments: object) -> Action:
+        return Action(tool_calls=[ToolCall(id=name, name=name, arguments=arguments)])
+
+    convert = call("convert_units", value=882, from_unit="in", to_unit="mm")
+    task = generate_tools_tasks(1, 0)[0]
+    ids = [task.model_copy(update={"id": f"t{i}"}) for i in range(8)]
+    slips = [tools_slip(t, [call("lookup", key="x"), convert]) for t in ids]
+    forms = {tuple(sorted(s.tool_calls[0].arguments.items())) for s in slips if s is not None}
+    assert forms == {(("value", 882),),  # the units dropped: some tasks, by their ids
+                     (("from_unit", "inches"), ("to_unit", "mm"), ("value", 882))}  # fmt: skip
+    assert tools_slip(ids[0], [convert]) == tools_slip(ids[0], [convert])  # the same every run
+    weekday = call("calendar", operation="add_days", date="2030-06-23", days=12)
+    slip = tools_slip(task, [weekday])
+    assert slip is not None and slip.tool_calls[0].arguments == {
+        "operation": "days", "date": "2030-06-23", "days": 12}  # fmt: skip
+    assert tools_slip(task, [call("lookup", key="x"), call("answer", value="1")]) is None
+
+
+@MODULE_LOOP
+async def test_a_tools_recovery_trace_shows_what_the_tool_takes_then_solves_the_task(
+    module_pool: SandboxPool,
+) -> None:
+    tasks = generate_tools_tasks(40, 3)
+    traces = await reference_traces(tasks, module_pool, system_prompt="", restate=False,
+                                    recovery_share=1.0)  # fmt: skip
+    slipped = [t for t in traces if t.slipped]
+    assert len(slipped) >= 10 and all(t.outcome == 1.0 for t in traces)  # the budget holds it
+    said = [t.messages[3]["content"] for t in slipped]
+    assert any("it takes value (number), from_unit (string), to_unit (string)" in e for e in said)
+    assert any("unknown unit" in e and "the units are length m, km" in e for e in said)
+    assert any("unknown operation 'days'; use weekday, add_days or days_between" in e for e in said)
+    names = {t.task_id for t in slipped}
+    for trace in (t for t in traces if not t.slipped):  # a slip wherever there is one to make
+        calls = any(name in a for a in trace.actions for name in ("convert_units", "calendar"))
+        assert (trace.task_id in names) == calls
