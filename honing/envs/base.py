@@ -355,7 +355,13 @@ class Environment(abc.ABC):
             episode = left <= self.config.step_timeout_s
             reason = FailureReason.EPISODE_TIMEOUT if episode else FailureReason.STEP_TIMEOUT
             components, results = {}, []
-            info = StepInfo(failure=reason, detail=f"no result within {timeout:.1f}s")
+            if episode:  # the model's turns count too: the limit may be spent before the step
+                detail = (f"the episode's {self.config.episode_timeout_s:g} s ran out "
+                          "(env.episode_timeout_s; "
+                          f"{max(left, 0.0):.1f} s were left for this step)")  # fmt: skip
+            else:
+                detail = f"no result within the step's {timeout:.1f} s (env.step_timeout_s)"
+            info = StepInfo(failure=reason, detail=detail)
             self.done = self.done or episode
         if not self.done and self.steps >= self.config.max_steps:
             self.done = True

@@ -204,6 +204,12 @@ async def test_step_limit_and_episode_timeout(pool: SandboxPool) -> None:
     await slow.reset(ADD)
     result = await slow.step(code("import time\ntime.sleep(30)\n"))
     assert result.info.failure is FailureReason.EPISODE_TIMEOUT and result.done
+    assert result.info.detail.startswith("the episode's 0.5 s ran out (env.episode_timeout_s;")
+    one_step = CodeEnv(pool, EnvConfig(step_timeout_s=0.5, episode_timeout_s=60))
+    await one_step.reset(ADD)
+    result = await one_step.step(code("import time\ntime.sleep(30)\n"))
+    assert result.info.failure is FailureReason.STEP_TIMEOUT and not result.done
+    assert result.info.detail == "no result within the step's 0.5 s (env.step_timeout_s)"
 
 
 async def test_state_stays_compact(env: CodeEnv) -> None:
