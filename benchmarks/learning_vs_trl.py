@@ -83,6 +83,30 @@ again without training. Last line: `learning: same
 start, 8 min each; trl +X pts; honing +Y pts; honing reached trl's +X in M min (R.Rx sooner);
 held-out n=N` (or `honing never reached trl's +X`). The goal: R >= 3.0 and Y >= X.
 
+Measured again with the validation choice (2026-12-07, commit 89691d5; 2-core AMD EPYC with
+avx512_bf16, no AMX, float32; quiet for both budgets but for a 36 s test run during trl's first
+update, which took 214 s as its second did; 64 min in all, the evaluations shared with a
+training run). This host was slower than the one below for both sides: trl 203-214 s an
+update (generation 99-104 s, update 104-114 s), honing 36-56 s (rollout 23-41 s, update and sync
+9-26 s): trl made 3 updates, honing 11. The curve: trl +12, +21, +23 pts at 3.6, 7.1, 10.5 min;
+honing +14, +18, +17, +13, +24 (4.1 min), +26, +27, +32, +34 (update 9, 7.1 min), +31, +32. Each
+side's pick on validation: trl update 3 (52%), honing update 9 (64%). The last lines:
+
+    trl: before 49/128 (38%), after 79/128 (62%): +23 pts (95% CI +16..+31, paired on 128
+      tasks); 3 steps, 96 episodes in 10.5 min
+    honing: before 49/128 (38%), after 92/128 (72%): +34 pts (95% CI +25..+42, paired on 128
+      tasks); 11 steps, 352 episodes in 8.5 min
+    honing - trl after: +10 pts (95% CI +4..+16, paired on 128 tasks)
+    learning: same start, 8 min each; trl +23 pts; honing +34 pts; honing reached trl's +23 in
+      4.1 min (2.6x sooner); held-out n=128
+
+Y >= X holds (+34 against +23, paired +10, CI +4..+16); R = 2.6 misses 3.0, as on 2026-12-06
+(2.5). Per update honing is 4-5x faster here, but its updates 2-4 stayed at +13..+18 before
+update 5 passed +23. A profile of honing's side (py-spy, this host): the learner's
+forward and backward and the engine's decode and prefill take about equal shares, nearly all
+of it matrix products (the engine's MLP alone half of its time); the learner already runs a
+group's shared prompt once and the LM head only where a loss is taken.
+
 Measured with the curve, before the validation choice (each side reported its last update;
 2-core AMD EPYC with avx512_bf16, no AMX, float32, quiet; 2026-12-06, 37 min in all): trl made 4
 updates in 9.0 min (+12, +21, +23, +26 pts); honing 21 in 8.1 min, +13 after 0.5 min, +27 after
