@@ -40,6 +40,7 @@ from honing.risk import RiskEvent, event
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import ToolsTask
+from honing.tasks.synthetic.tools import UNIT_NAMES
 from honing.tasks.toolcalls import TOOL_FUNCTIONS, answers_match, match_calls
 
 # Linear units by dimension, as multiples of the first unit of each table.
@@ -107,22 +108,12 @@ _UNIT_LIST = "; ".join(
 )
 
 
-# The units as the tools policy spelled them out where the tool takes a symbol (validation,
-# 2026-12-07: `feet`, `hours`, `inch`, `kilometers`, `pounds`).
-SPELLED_OUT = {
-    "m": "metres", "km": "kilometres", "cm": "centimetres", "mm": "millimetres", "mi": "miles",
-    "ft": "feet", "in": "inches", "yd": "yards", "kg": "kilograms", "g": "grams", "lb": "pounds",
-    "oz": "ounces", "t": "tonnes", "s": "seconds", "min": "minutes", "h": "hours", "day": "days",
-    "week": "weeks", "l": "litres", "ml": "millilitres", "gal": "gallons", "m3": "cubic metres",
-    "C": "celsius", "F": "fahrenheit", "K": "kelvin",
-}  # fmt: skip
-
-
 def tools_slip(task: AnyTask, actions: list[Action]) -> Action | None:
     """The first `convert_units` or `calendar` call of `actions` written as the warm-started
     tools policy wrote them wrong most (validation, 2026-12-07: 63 of its 104 failures had a
     refused call, and it answered after each): `convert_units` without its units, or (every
-    other task, by a hash of its id) with its first unit spelled out (`feet` for `ft`);
+    other task, by a hash of its id) with its first unit spelled out as the generator's prompts
+    spell it (`feet` for `ft`; the policy wrote `feet`, `hours`, `inch`, `kilometers`);
     `calendar` with the operation `days`. None when the reference calls neither. The slip of a
     recovery trace (`Domain.slip`)."""
     for action in actions:
@@ -131,7 +122,7 @@ def tools_slip(task: AnyTask, actions: list[Action]) -> Action | None:
             if call.name == "calendar":
                 wrong = {**given, "operation": "days"}
             elif call.name == "convert_units":
-                spelled = SPELLED_OUT.get(str(given.get("from_unit")))
+                spelled = UNIT_NAMES.get(str(given.get("from_unit")))
                 odd = hashlib.sha256(f"slip:{task.id}".encode()).digest()[0] % 2 == 1
                 wrong = ({**given, "from_unit": spelled} if odd and spelled is not None
                          else {"value": given.get("value")})  # fmt: skip
