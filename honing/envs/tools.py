@@ -8,7 +8,8 @@ episode, rollbacks included); the reward components are outcome, constraints and
 well_formed (docs/envs.md, "Domains"); risk events: `forbidden_tool` for a call to one of the
 task's `forbidden_tools` (refused all the same), `irreversible_tool` for a call that reaches one
 of its `irreversible_tools` (in function calling: any call to one), and what the sandbox saw a
-calculator run do. Not covered: the call matcher
+calculator run do. A refused call says what would be accepted (what the tool takes, the units
+there are). `tools_slip` is the domain's slip for recovery traces. Not covered: the call matcher
 (`honing.tasks.toolcalls`) and the task schema (`honing.tasks.schema.ToolsTask`).
 """
 
