@@ -112,7 +112,7 @@ _UNIT_LIST = "; ".join(
 def tools_slip(task: AnyTask, actions: list[Action]) -> Action | None:
     """The first `convert_units` or `calendar` call of `actions` written as the warm-started
     tools policy wrote them wrong most (validation, 2026-12-07: 63 of its 104 failures had a
-    refused call, and it answered after each): `convert_units` without its units, or (every
+    refused call, and it mostly answered after it): `convert_units` without its units, or (every
     other task, by a hash of its id) with its first unit spelled out as the generator's prompts
     spell it (`feet` for `ft`; the policy wrote `feet`, `hours`, `inch`, `kilometers`);
     `calendar` with the operation `days`. None when the reference calls neither. The slip of a

@@ -1,15 +1,16 @@
 """Recovery traces: `recovery_share` of the trace tasks whose domain has a slip (sql: the first
-query with a literal unquoted) get a second trace beside their own, which begins with the slip,
-kept as context only (weight 0: SFT does not learn it), and the error the real environment gives
-it, then the reference, which still solves the task; the same tasks every run; a slip the
-environment accepts gives no second trace; a config that asks for slips where no domain has
-one, or on `warm_start.data`, fails before anything is played. Why: after RL the sql policy's
-greedy query lost its quotes on worded-anew questions (`period <= 2017-04`, a Binder Error), and
-having never seen a failed query answered by a corrected one, it answered the error's garbage
-(docs/training.md, "Recipes"). Beside, not instead: with the recovery trace in place of the
-task's own, the corrected query is learned as a copy of the slip in its context, and the sql
-warm start fell from 43% to 27% of validation. Breaking the weight (the slip learned as weight
-1) fails the mask test, checked by hand"""
+query with a literal unquoted; tools: the first `convert_units` call without its units or with a
+unit spelled out, or `calendar` with the operation `days`) get a second trace beside their own,
+which begins with the slip, kept as context only (weight 0: SFT does not learn it), and the
+error the real environment gives it, then the reference, which still solves the task; the same
+tasks every run; a slip the environment accepts gives no second trace; a config that asks for
+slips where no domain has one, or on `warm_start.data`, fails before anything is played. Why:
+after RL the sql policy's greedy query lost its quotes on worded-anew questions (`period <=
+2017-04`, a Binder Error), and having never seen a failed query answered by a corrected one, it
+answered the error's garbage (docs/training.md, "Recipes"). Beside, not instead: with the
+recovery trace in place of the task's own, the corrected query is learned as a copy of the slip
+in its context, and the sql warm start fell from 43% to 27% of validation. Breaking the weight
+(the slip learned as weight 1) fails the mask test, checked by hand"""
 
 from __future__ import annotations
 
