@@ -412,6 +412,48 @@ async def test_a_kv_cache_that_cannot_grow_fails_the_calls_with_what_to_change(
             await engine.generate([Prompt(token_ids=p) for p in ids], long)
 
 
+async def test_rows_the_kv_cache_cannot_hold_wait_and_resume_where_they_stopped(
+    model: Any,
+    tokenizer: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """When the host can hold the grown KV cache for half the rows but not for all of them
+    (an evaluation of many long episodes beside another run), half the rows go back to wait
+    with the tokens they have, and resume later from a prefill of their prompt and those
+    tokens: the same greedy tokens and logprobs as with memory to spare, nothing failed. Once
+    idle with the memory back, the engine decodes all its rows together again. (Without the
+    set-back every call fails, as the test above shows.)"""
+    from honing.rollout.engines import llama_decode
+
+    monkeypatch.setattr(llama_decode, "INITIAL_CAPACITY", 16)
+    ids = prompts(tokenizer) * 2  # 6 rows
+    assert max(len(p) for p in ids) < 64 < min(len(p) for p in ids) + 60
+    long = SamplingParams(temperature=0, max_new_tokens=60)
+    async with HFEngine(model, tokenizer, max_batch=6) as engine:
+        spare = await engine.generate([Prompt(token_ids=p) for p in ids], long)
+    async with HFEngine(model, tokenizer, max_batch=6) as engine:
+        decoder = engine._decoder
+        assert isinstance(decoder, llama_decode.LlamaDecoder)
+        position = decoder.kv.element_size() * decoder.kv.numel() // (6 * 16)  # one slot's
+        # Room for 6 rows of 64 positions or 3 of 128, not for 6 of 128.
+        monkeypatch.setattr(llama_decode, "available_bytes", lambda device: 3 * 128 * position)
+        with caplog.at_level("WARNING", logger="honing.rollout.engines.hf"):
+            tight = await engine.generate([Prompt(token_ids=p) for p in ids], long)
+        assert engine.stats.preempted == 3
+        assert "decoding 3 sequences together from now (not 6); 3 wait" in caplog.text
+        assert "KV cache would grow to 128 positions for each of 6 slots" in caplog.text
+        monkeypatch.undo()
+        engine.stats = hf_module.EngineStats()
+        again = await engine.generate([Prompt(token_ids=p) for p in ids], long)
+        assert engine.stats.peak_batch == 6 and engine.stats.preempted == 0
+    for a, b, c in zip(spare, tight, again, strict=True):
+        assert a.token_ids == b.token_ids == c.token_ids
+        assert len(b.token_ids) == 60 or b.finish_reason is FinishReason.STOP
+        assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)
+        assert b.versions == [0] * len(b.token_ids)
+
+
 def test_available_bytes_reads_the_hosts_available_memory() -> None:
     from honing.rollout.engines.llama_decode import available_bytes
 

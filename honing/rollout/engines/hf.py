@@ -9,9 +9,10 @@ Covered: one decode thread that batches every concurrent `generate` call (Llama-
 through `llama_decode.LlamaDecoder`, others through the HF forward), seeded sampling per request,
 logprobs under `log_softmax(logits / temperature)` before top-k/top-p, stop strings, a prefix
 cache across an episode's turns, weight updates between decode steps (partial rollouts),
-streaming, greedy speculative decoding (`speculative.py`, off by default), EngineError for every
-failure, and OpenMP workers that spin or sleep by the machine's load (`openmp.py`);
-docs/rollout.md ("The modules in detail") says how.
+streaming, greedy speculative decoding (`speculative.py`, off by default), fewer rows decoded
+together when the KV cache cannot grow (the others wait and resume from a recomputed context),
+EngineError for every failure, and OpenMP workers that spin or sleep by the machine's load
+(`openmp.py`); docs/rollout.md ("The modules in detail") says how.
 Not covered: LoRA adapters (merge first), prefix caching and speculation on the generic path,
 speculation of sampled rows, tensor parallelism, quantised weights.
 """
@@ -19,6 +20,7 @@ speculation of sampled rows, tensor parallelism, quantised weights.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 import time
@@ -43,6 +45,7 @@ from honing.rollout.engines.base import (
 )
 from honing.rollout.engines.llama_decode import (
     Decoder,
+    KVMemoryError,
     LlamaDecoder,
     common_prefix_len,
     fast_path_reason,
@@ -55,6 +58,8 @@ from honing.rollout.engines.speculative import (
     accepted_length,
     make_drafter,
 )
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_LEN = 4096
 PREFILL_TOKENS = 8192  # prompt tokens run in one prefill at most (a shared prefix once)
@@ -75,6 +80,12 @@ class _Seq:
     versions: list[int] = field(default_factory=list)
     finish: FinishReason | None = None
     on_token: Callable[[int, float, torch.Tensor], None] | None = None
+
+    @property
+    def context(self) -> list[int]:
+        """What a prefill of this sequence runs: its prompt, and the tokens it has produced
+        when it was set back to wait (the KV cache could not grow) and resumes."""
+        return self.prompt + self.tokens if self.tokens else self.prompt
 
 
 TokenCallback = Callable[[int, int, float, torch.Tensor], None]
@@ -103,6 +114,9 @@ class EngineStats:
     """Draft tokens verified (speculative decoding)."""
     accepted_tokens: int = 0
     """Of those, the ones the model's own greedy choice confirmed."""
+    preempted: int = 0
+    """Sequences set back to wait because the KV cache could not grow for all the rows
+    decoded together; each resumed later with its context computed again."""
 
 
 @dataclass(eq=False)
@@ -260,6 +274,7 @@ class HFEngine:
         limit = getattr(config, "max_position_embeddings", None) or DEFAULT_MAX_LEN
         self.max_len = max_len or min(limit, DEFAULT_MAX_LEN)
         self.max_batch = max_batch
+        self._rows = max_batch  # decoded together now: fewer after the KV cache could not grow
         self.vocab_size = model.get_input_embeddings().weight.shape[0]
         self.eos_ids = _eos_ids(model, tokenizer) if eos_ids is None else frozenset(eos_ids)
         self.fast_path = fast_path_reason(model) is None
@@ -437,6 +452,8 @@ class HFEngine:
                 self._updates.clear()
             for update in updates:
                 self._apply(update)
+            if not self._active and self._rows < self.max_batch:
+                self._regrow()
             self._admit()
             if self._active:
                 self._ballast.tick()
@@ -460,19 +477,20 @@ class HFEngine:
             update.future.set_exception(EngineError(f"applying weights v{update.version}: {exc!r}"))
 
     def _admit(self) -> None:
-        while len(self._active) < self.max_batch:
+        while len(self._active) < self._rows:
             batch: list[_Seq] = []
             longest = shared = 0  # of the batch's prompts; the prefix they all share
             with self._lock:
-                while self._waiting and len(self._active) + len(batch) < self.max_batch:
+                while self._waiting and len(self._active) + len(batch) < self._rows:
                     seq = self._waiting[0]
+                    context = seq.context
                     if batch:  # the shared prefix runs once, the rest right-padded per row
-                        longest = max(longest, len(seq.prompt))
-                        shared = min(shared, common_prefix_len(batch[0].prompt, seq.prompt))
+                        longest = max(longest, len(context))
+                        shared = min(shared, common_prefix_len(batch[0].context, context))
                         if shared + (longest - shared) * (len(batch) + 1) > PREFILL_TOKENS:
                             break
                     else:
-                        longest = shared = len(seq.prompt)
+                        longest = shared = len(context)
                     self._waiting.popleft()
                     if seq.future.cancelled():
                         continue
@@ -486,9 +504,13 @@ class HFEngine:
             try:
                 first = len(self._active)
                 batch, starts = self._place(first, batch)
-                logits = self._decoder.prefill(first, [s.prompt for s in batch], starts)
+                logits = self._decoder.prefill(first, [s.context for s in batch], starts)
                 self._active.extend(batch)
                 self._sample_and_retire(logits, first)
+            except KVMemoryError as exc:
+                if not self._make_room(exc, batch):
+                    self._fail(batch, exc)
+                    self._forget()
             except Exception as exc:
                 self._fail(batch, exc)
                 self._active = [s for s in self._active if s not in batch]
@@ -496,7 +518,7 @@ class HFEngine:
 
     def _place(self, first: int, batch: list[_Seq]) -> tuple[list[_Seq], list[int]]:
         """The batch in slot order and the cached length of each slot (prefix cache)."""
-        prompts = [s.prompt for s in batch]
+        prompts = [s.context for s in batch]
         if self._cache is None:
             starts = [0] * len(batch)
         else:
@@ -533,10 +555,62 @@ class HFEngine:
             chunks = [[t, *d] for t, d in zip(tokens, drafts, strict=True)]
             logits = self._decoder.score(chunks, positions)
             self._accept(logits, drafts)
+        except KVMemoryError as exc:
+            if not self._make_room(exc, []):
+                self._fail(self._active, exc)
+                self._active = []
+                self._forget()
         except Exception as exc:
             self._fail(self._active, exc)
             self._active = []
             self._forget()
+
+    def _make_room(self, exc: KVMemoryError, admitted: list[_Seq]) -> bool:
+        """The KV cache could not grow for the rows it holds: decode half as many together from
+        now. The sequences being admitted (`admitted`) and the active ones past that half go
+        back to the head of the queue with what they have produced; admitted again, each
+        prefills its prompt and its tokens as one context and goes on where it stopped
+        (preemption by recompute). False when one sequence alone cannot go on (or not even the
+        smaller cache fits): the caller fails the calls with `exc`, which says what to lower."""
+        rows = len(self._active) + len(admitted)
+        if rows <= 1:
+            return False
+        keep = rows // 2
+        if isinstance(self._decoder, LlamaDecoder):
+            try:
+                self._decoder.resize(keep)
+            except KVMemoryError:
+                return False
+        active, moved = self._active[:keep], self._active[keep:]
+        self._active = active
+        self._forget()
+        if self._cache is not None:
+            self._cache.slots = keep
+        with self._lock:
+            self._waiting.extendleft(reversed([*moved, *admitted]))
+        self._rows = keep
+        self.stats.preempted += len(moved)
+        log.warning(
+            "hf engine: %s; decoding %d sequences together from now (not %d); %d wait and resume "
+            "with their context computed again (engine.slots sets how many are decoded together)",
+            exc,
+            keep,
+            rows,
+            len(moved) + len(admitted),
+        )
+        return True
+
+    def _regrow(self) -> None:
+        """Idle after decoding fewer rows than configured (`_make_room`): take them all again
+        when the host now has the memory for their KV cache at its current length."""
+        if isinstance(self._decoder, LlamaDecoder):
+            try:
+                self._decoder.resize(self.max_batch)
+            except KVMemoryError:
+                return
+        if self._cache is not None:
+            self._cache.slots = self.max_batch
+        self._rows = self.max_batch
 
     def _drafts(self) -> list[list[int]]:
         """Each active row's draft tokens for this step ([] for none): greedy rows only, while

@@ -120,15 +120,20 @@ def available_bytes(device: torch.device) -> int | None:
     return None
 
 
+class KVMemoryError(EngineError):
+    """The KV cache cannot take the memory it needs (`check_kv_fits`): the engine decodes fewer
+    sequences together, or fails the calls with this message when even one cannot go on."""
+
+
 def check_kv_fits(kv: torch.Tensor, growth: float, slots: int, capacity: int) -> None:
-    """EngineError, before the allocation, when the KV cache `kv` cannot grow by `growth` x (the
-    new tensor beside the old one while it is copied) in the memory left: the process would be
-    killed by the kernel instead, with nothing said and the run lost."""
+    """KVMemoryError, before the allocation, when the KV cache `kv` cannot grow by `growth` x
+    (the new tensor beside the old one while it is copied) in the memory left: the process would
+    be killed by the kernel instead, with nothing said and the run lost."""
     need = int(kv.numel() * kv.element_size() * growth)
     free = available_bytes(kv.device)
     if free is None or need <= free:
         return
-    raise EngineError(
+    raise KVMemoryError(
         f"the KV cache would grow to {capacity} positions for each of {slots} slots: "
         f"{need / 2**30:.1f} GiB more, and {free / 2**30:.1f} GiB are available on "
         f"{kv.device.type}. Decode fewer sequences together (`engine.slots` in a run's config; "
@@ -228,13 +233,35 @@ class LlamaDecoder:
         capacity = self.capacity
         while capacity < length:
             capacity *= 2
-        capacity = min(capacity, self.max_len)
+        self.resize(self.slots, min(capacity, self.max_len))
+
+    def resize(self, slots: int, capacity: int | None = None) -> None:
+        """The KV cache for `slots` slots of `capacity` positions (default: the current one),
+        keeping what the first min(old, new) slots hold up to the smaller capacity; the engine
+        shrinks it when the host cannot hold the cache it needs (KVMemoryError, before the
+        allocation, when it cannot hold this one)."""
+        capacity = capacity or self.capacity
+        old_slots, old_capacity = self.slots, self.capacity
+        if (slots, capacity) == (old_slots, old_capacity):
+            return
+        grows = slots * capacity / (old_slots * old_capacity)
+        check_kv_fits(self.kv, grows, slots, capacity)
         k, v = self.k, self.v
-        check_kv_fits(self.kv, capacity / self.capacity, self.slots, capacity)
-        self._allocate((*k.shape[:3], capacity, self.head_dim))
-        self.k[:, :, :, : self.capacity] = k
-        self.v[:, :, :, : self.capacity] = v
-        self.capacity = capacity
+        self._allocate((k.shape[0], slots, self.n_kv, capacity, self.head_dim))
+        rows, length = min(slots, old_slots), min(capacity, old_capacity)
+        self.k[:, :rows, :, :length] = k[:, :rows, :, :length]
+        self.v[:, :rows, :, :length] = v[:, :rows, :, :length]
+        del k, v
+        self.slots, self.capacity = slots, capacity
+        del self.ids[slots:], self.fresh[slots:], self.shared[slots:]
+        extra = slots - len(self.ids)
+        self.ids += [[] for _ in range(extra)]
+        self.fresh += [0] * extra
+        self.shared += [0] * extra
+        if capacity < old_capacity:  # positions past it are gone
+            self._carry([(s, s, min(len(self.ids[s]), capacity)) for s in range(rows)])
+        if slots > self.logits.shape[0]:
+            self.logits = self.logits.new_empty((slots, self.logits.shape[1]))
 
     def _allocate(self, shape: tuple[int, ...]) -> None:
         """A zeroed KV cache of `shape` = [layers, slots, kv_heads, capacity, dim]: `self.k` and
