@@ -304,7 +304,7 @@ class Environment(abc.ABC):
         self.steps = 0
         self.done = False
         self._started = 0.0
-        self._checkpoints: dict[str, tuple[TaskState, int, bool, Any]] = {}
+        self._checkpoints: dict[str, tuple[TaskState, int, bool, list[str], Any]] = {}
         self._shown_next_steps: list[str] = []  # as the last observation showed them
 
     @property
@@ -439,7 +439,8 @@ class Environment(abc.ABC):
 
     async def checkpoint(self) -> str:
         """A token for the episode as it is now: its task state, step count, whether it is over,
-        and whatever the domain keeps besides (`_save`: files, counters)."""
+        the next steps its last observation showed, and whatever the domain keeps besides
+        (`_save`: files, counters)."""
         if self.state is None:
             raise HoningError("call reset(task) first")
         token = f"checkpoint-{len(self._checkpoints)}"
@@ -447,6 +448,7 @@ class Environment(abc.ABC):
             self.state.model_copy(deep=True),
             self.steps,
             self.done,
+            list(self._shown_next_steps),
             await self._save(),
         )
         return token
@@ -456,9 +458,10 @@ class Environment(abc.ABC):
         saved = self._checkpoints.get(token)
         if saved is None:
             raise HoningError(f"no checkpoint {token!r} in this episode")
-        state, steps, done, extra = saved
+        state, steps, done, shown_next_steps, extra = saved
         await self._restore(extra)
         self.state, self.steps, self.done = state.model_copy(deep=True), steps, done
+        self._shown_next_steps = list(shown_next_steps)
 
     def reopen(self) -> None:
         """Let an ended episode take more steps: a team's checks of a submission that ended it

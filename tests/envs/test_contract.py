@@ -57,14 +57,16 @@ async def test_rollback_returns_to_the_checkpoint(pool: SandboxPool, domain: str
     env = make_env(domain, pool, EnvConfig(max_steps=6))
     first = await env.reset(task)
     token = await env.checkpoint()
-    for action in env.reference_actions(task):
-        await env.step(action)
+    played = [await env.step(action) for action in env.reference_actions(task)]
     assert env.done and env.steps > 0
     await env.rollback(token)  # back to before the answer: the episode goes on
     assert not env.done and env.steps == 0
     assert env.state is not None and env.state.render() == first.text
     again = [await env.step(action) for action in env.reference_actions(task)]
     assert again[-1].components.get("outcome") == 1.0
+    # What each observation says has changed is measured from the checkpoint's, not from the
+    # last one shown before the rollback.
+    assert [r.observation.update for r in again] == [r.observation.update for r in played]
     await env.close()
 
 
