@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -91,6 +92,35 @@ def _criteria_text(point: EvalPoint) -> str:
     return f"; criteria met {percent(share)} (lowest: {lowest})"
 
 
+INFRA_WARN_SHARE = 0.1  # of an evaluation's episodes: more, and its figure is not the policy's
+
+
+def infra_reason(episode: Episode) -> str:
+    """What ended an infrastructure-failed episode, in one line of at most 200 characters."""
+    detail = episode.error or next(
+        (s.result.info.detail or str(s.result.info.failure) for s in episode.steps
+         if s.result.info.infrastructure),
+        "",
+    )  # fmt: skip
+    line = " ".join(detail.split())
+    return line[:197] + "..." if len(line) > 200 else line or "no detail"
+
+
+def infra_warning(label: str, total: int, reasons: Counter[str]) -> str | None:
+    """The warning for an evaluation where more than INFRA_WARN_SHARE of `total` episodes
+    failed for infrastructure (reasons: how often each ended one), else None."""
+    failed = sum(reasons.values())
+    if not total or failed <= INFRA_WARN_SHARE * total:
+        return None
+    reason, count = reasons.most_common(1)[0]
+    return (
+        f"{label}: {failed} of {total} episodes failed for infrastructure (most often, "
+        f"{count} of them: {reason}); its success counts the {total - failed} judged episodes "
+        "only, so it is not the policy's figure. The log has each failure: fix the cause and "
+        "evaluate again"
+    )
+
+
 class _EvalProgress:
     """Logs an evaluation's progress at each quarter (and shows it live, when shown)."""
 
@@ -98,6 +128,7 @@ class _EvalProgress:
         self.name, self.total, self.live = name, total, live
         self.done = self.passed = self.infra = 0
         self.outcomes: dict[str, bool] = {}  # TASK#SAMPLE -> solved, judged episodes only
+        self.infra_reasons: Counter[str] = Counter()  # what ended the infrastructure failures
 
     def __call__(self, episode: Episode) -> None:
         self.done += 1
@@ -105,6 +136,8 @@ class _EvalProgress:
         self.infra += int(episode.infra_failed)
         if not episode.infra_failed:
             self.outcomes[f"{episode.task_id}#{episode.sample}"] = episode.success
+        else:
+            self.infra_reasons[infra_reason(episode)] += 1
         if self.live is not None:
             self.live.activity(f"eval {self.name} {self.done}/{self.total}")
         if self.done % max(1, self.total // 4) == 0 and self.done < self.total:
@@ -196,6 +229,9 @@ class HeldOut:
                 criteria=e2e.criteria,
             )
             unseen = point.by_tag.get(UNSEEN_TAG)
+            warning = infra_warning(f"{self.kind} {name} ({phase})", total, progress.infra_reasons)
+            if warning is not None:
+                log.warning("%s", warning)
             log.info(
                 "%s %s (%s): success %s (%d/%d; infra failures %d)%s%s, well-formed actions "
                 "%s, risky episodes %s (%d), %.1f steps per episode, in %.0f s",
