@@ -421,9 +421,10 @@ async def test_rows_the_kv_cache_cannot_hold_wait_and_resume_where_they_stopped(
     """When the host can hold the grown KV cache for half the rows but not for all of them
     (an evaluation of many long episodes beside another run), half the rows go back to wait
     with the tokens they have, and resume later from a prefill of their prompt and those
-    tokens: the same greedy tokens and logprobs as with memory to spare, nothing failed. Once
-    idle with the memory back, the engine decodes all its rows together again. (Without the
-    set-back every call fails, as the test above shows.)"""
+    tokens: the same greedy tokens and logprobs as with memory to spare, nothing failed. Work
+    that comes after the engine sat idle takes all its rows again, and sets them back again as
+    needed (a lone call too: its cache shrinks to its one slot); the memory back, all rows are
+    decoded together. (Without the set-back every call fails, as the test above shows.)"""
     from honing.rollout.engines import llama_decode
 
     monkeypatch.setattr(llama_decode, "INITIAL_CAPACITY", 16)
@@ -438,11 +439,24 @@ async def test_rows_the_kv_cache_cannot_hold_wait_and_resume_where_they_stopped(
         position = decoder.kv.element_size() * decoder.kv.numel() // (6 * 16)  # one slot's
         # Room for 6 rows of 64 positions or 3 of 128, not for 6 of 128.
         monkeypatch.setattr(llama_decode, "available_bytes", lambda device: 3 * 128 * position)
+        # Set when the decode loop next runs out of work (it then frees its pool): it waits for
+        # work now, past that call, so the first time is after the calls below.
+        idle = threading.Event()
+        monkeypatch.setattr(
+            hf_module, "release_idle_pool", lambda: (idle.set(), release_idle_pool())
+        )
         with caplog.at_level("WARNING", logger="honing.rollout.engines.hf"):
             tight = await engine.generate([Prompt(token_ids=p) for p in ids], long)
         assert engine.stats.preempted == 3
-        assert "decoding 3 sequences together from now (not 6); 3 wait" in caplog.text
+        assert "the cache now has 3 slot(s), not 6 (3 sequence(s) set back" in caplog.text
         assert "KV cache would grow to 128 positions for each of 6 slots" in caplog.text
+        deadline = time.monotonic() + 30
+        while not idle.is_set():  # so that the next call finds the loop idle: it takes 6 rows
+            assert time.monotonic() < deadline, "the decode loop never ran out of work"
+            await asyncio.sleep(0.01)
+        [alone] = await engine.generate([Prompt(token_ids=ids[0])], long)
+        assert alone.token_ids == spare[0].token_ids
+        assert "the cache now has 1 slot(s), not 6 (0 sequence(s) set back" in caplog.text
         monkeypatch.undo()
         engine.stats = hf_module.EngineStats()
         again = await engine.generate([Prompt(token_ids=p) for p in ids], long)

@@ -435,6 +435,7 @@ class HFEngine:
         self._abort_all(crash)
 
     def _loop(self) -> None:
+        idle = False  # the loop waited for work since it last looked at its rows
         while True:
             with self._lock:
                 if not self._has_work():
@@ -444,6 +445,7 @@ class HFEngine:
                     # benchmarks/grpo_vs_trl.py took 4.3-4.8 s against 5.4-6.0. The next step
                     # makes them again.
                     release_idle_pool()
+                    idle = True
                     while not self._has_work():
                         self._lock.wait()
                 if self._closed:
@@ -452,8 +454,9 @@ class HFEngine:
                 self._updates.clear()
             for update in updates:
                 self._apply(update)
-            if not self._active and self._rows < self.max_batch:
+            if idle and self._rows < self.max_batch:
                 self._regrow()
+            idle = False
             self._admit()
             if self._active:
                 self._ballast.tick()
@@ -570,17 +573,18 @@ class HFEngine:
         now. The sequences being admitted (`admitted`) and the active ones past that half go
         back to the head of the queue with what they have produced; admitted again, each
         prefills its prompt and its tokens as one context and goes on where it stopped
-        (preemption by recompute). False when one sequence alone cannot go on (or not even the
-        smaller cache fits): the caller fails the calls with `exc`, which says what to lower."""
+        (preemption by recompute). False when a cache of one slot cannot hold even one sequence
+        (or not even the smaller cache fits): the caller fails the calls with `exc`, which says
+        what to lower."""
         rows = len(self._active) + len(admitted)
-        if rows <= 1:
+        keep = max(1, rows // 2)
+        if not isinstance(self._decoder, LlamaDecoder) or keep >= self._decoder.slots:
             return False
-        keep = rows // 2
-        if isinstance(self._decoder, LlamaDecoder):
-            try:
-                self._decoder.resize(keep)
-            except KVMemoryError:
-                return False
+        slots = self._decoder.slots
+        try:
+            self._decoder.resize(keep)
+        except KVMemoryError:
+            return False
         active, moved = self._active[:keep], self._active[keep:]
         self._active = active
         self._forget()
@@ -591,23 +595,27 @@ class HFEngine:
         self._rows = keep
         self.stats.preempted += len(moved)
         log.warning(
-            "hf engine: %s; decoding %d sequences together from now (not %d); %d wait and resume "
-            "with their context computed again (engine.slots sets how many are decoded together)",
+            "hf engine: %s; the cache now has %d slot(s), not %d (%d sequence(s) set back to "
+            "wait, to resume with their context computed again; engine.slots sets the slots)",
             exc,
             keep,
-            rows,
+            slots,
             len(moved) + len(admitted),
         )
         return True
 
     def _regrow(self) -> None:
-        """Idle after decoding fewer rows than configured (`_make_room`): take them all again
-        when the host now has the memory for their KV cache at its current length."""
+        """New work after the loop sat idle, with fewer rows than configured (`_make_room`):
+        take them all again, the KV cache back at its initial length (it grows on demand, each
+        growth checked), so that the memory the shrunk cache held is not taken at once from what
+        else runs then (the learner's update, between two rollouts). Never while work queues:
+        rows would be set back again at once. The prefix cache starts empty."""
         if isinstance(self._decoder, LlamaDecoder):
             try:
-                self._decoder.resize(self.max_batch)
+                self._decoder.restart(self.max_batch)
             except KVMemoryError:
                 return
+        self._forget()
         if self._cache is not None:
             self._cache.slots = self.max_batch
         self._rows = self.max_batch

@@ -263,6 +263,18 @@ class LlamaDecoder:
         if slots > self.logits.shape[0]:
             self.logits = self.logits.new_empty((slots, self.logits.shape[1]))
 
+    def restart(self, slots: int) -> None:
+        """`slots` slots at the initial capacity, holding nothing (KVMemoryError, before the
+        allocation, when even that does not fit)."""
+        capacity = min(INITIAL_CAPACITY, self.max_len)
+        check_kv_fits(self.kv, slots * capacity / (self.slots * self.capacity), slots, capacity)
+        self._allocate((self.kv.shape[0], slots, self.n_kv, capacity, self.head_dim))
+        self.slots, self.capacity = slots, capacity
+        self.ids = [[] for _ in range(slots)]
+        self.fresh, self.shared = [0] * slots, [0] * slots
+        if slots > self.logits.shape[0]:
+            self.logits = self.logits.new_empty((slots, self.logits.shape[1]))
+
     def _allocate(self, shape: tuple[int, ...]) -> None:
         """A zeroed KV cache of `shape` = [layers, slots, kv_heads, capacity, dim]: `self.k` and
         `self.v` are views of one tensor [layers, 2, ...], so that a decode step writes a
