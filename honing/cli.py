@@ -383,9 +383,8 @@ def eval_command(
     episode_timeout: Annotated[
         float | None,
         typer.Option(
-            help="Wall-clock seconds an episode may take, the model's turns included (default: "
-            "300); an episode past it ends unsolved. Raise it for long team episodes or a "
-            "loaded host."
+            help="Seconds the environment's steps may take in one episode, all together, the "
+            "model's turns not counted (default: 300); an episode past it ends unsolved."
         ),
     ] = None,
     shard: Annotated[
@@ -605,14 +604,14 @@ def eval_command(
 
 
 def _warn_timeouts(config: EnvConfig, reports: list[EvalReport]) -> None:
-    """Say so when episodes ended at the episode's wall-clock limit: they count as unsolved, so
-    on a loaded host (or with long team episodes) the figure is the host's as much as the
-    model's."""
+    """Say so when episodes ended at the episode's time limit (its steps' time together): they
+    count as unsolved, so with slow tools or a loaded host the figure is the host's as much as
+    the model's."""
     ended = sum(r.single_step.failures.get(FailureReason.EPISODE_TIMEOUT.value, 0) for r in reports)
     if ended:
         err.print(f"[bold yellow]{ended} episode(s) ended at the episode's time limit "
                   f"({config.episode_timeout_s:g} s)[/] and count as unsolved: raise "
-                  "--episode-timeout if the host was loaded or the episodes are long (a team's)",
+                  "--episode-timeout if the host was loaded or the steps are long (a team's)",
                   highlight=False)  # fmt: skip
 
 

@@ -273,7 +273,14 @@ class EnvConfig(StrictModel):
 
     max_steps: int = Field(8, ge=1, description="Steps after which the episode ends.")
     step_timeout_s: float = Field(30.0, gt=0, description="Limit of one step, tools included.")
-    episode_timeout_s: float = Field(300.0, gt=0, description="Limit of a whole episode.")
+    episode_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds the environment's steps (tools, sandboxes, judges) may take in one "
+        "episode, all together. The model's turns are not counted: how long they take depends "
+        "on how many episodes share the engine and the host, not on the policy "
+        "(agent.generate_timeout_s bounds a turn, as an infrastructure failure).",
+    )
     reward_weights: dict[str, float] = Field(
         default_factory=dict,
         description="Weight per reward component; a component not named here weighs 1 if it is "
@@ -303,7 +310,7 @@ class Environment(abc.ABC):
         self.state: TaskState | None = None
         self.steps = 0
         self.done = False
-        self._started = 0.0
+        self._spent = 0.0  # seconds this episode's steps have taken (env.episode_timeout_s)
         self._checkpoints: dict[str, tuple[TaskState, int, bool, list[str], Any]] = {}
         self._shown_next_steps: list[str] = []  # as the last observation showed them
 
@@ -317,7 +324,7 @@ class Environment(abc.ABC):
             raise HoningError(f"{type(self).__name__} runs {self.domain} tasks, not {task.domain}")
         self.task, self.steps, self.done = task, 0, False
         self._checkpoints.clear()
-        self._started = time.monotonic()
+        self._spent = 0.0
         self.state = TaskState(goal=task.prompt)
         await self._reset(task)
         self._shown_next_steps = list(self.state.next_steps)
@@ -346,7 +353,7 @@ class Environment(abc.ABC):
             raise HoningError("the episode is over; call reset(task) for a new one")
         self.steps += 1
         started = time.monotonic()
-        left = self.config.episode_timeout_s - (started - self._started)
+        left = self.config.episode_timeout_s - self._spent
         timeout = min(self.config.step_timeout_s, max(left, 0.0))
         try:
             async with asyncio.timeout(timeout):
@@ -355,8 +362,8 @@ class Environment(abc.ABC):
             episode = left <= self.config.step_timeout_s
             reason = FailureReason.EPISODE_TIMEOUT if episode else FailureReason.STEP_TIMEOUT
             components, results = {}, []
-            if episode:  # the model's turns count too: the limit may be spent before the step
-                detail = (f"the episode's {self.config.episode_timeout_s:g} s ran out "
+            if episode:
+                detail = (f"the episode's {self.config.episode_timeout_s:g} s of steps ran out "
                           "(env.episode_timeout_s; "
                           f"{max(left, 0.0):.1f} s were left for this step)")  # fmt: skip
             else:
@@ -370,8 +377,9 @@ class Environment(abc.ABC):
                 limit["failure"] = FailureReason.STEP_LIMIT
                 limit["detail"] = f"the episode's {self.config.max_steps} steps are spent"
             info = info.model_copy(update=limit)
-        info = info.model_copy(update={"step": self.steps,
-                                       "step_s": time.monotonic() - started})  # fmt: skip
+        step_s = time.monotonic() - started
+        self._spent += step_s
+        info = info.model_copy(update={"step": self.steps, "step_s": step_s})
         if info.failure is None:
             self.state.latest_errors = []
         elif not info.infrastructure and info.detail:

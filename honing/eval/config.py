@@ -53,7 +53,9 @@ class EvalConfig(StrictModel):
     k: int = Field(1, ge=1, description="Episodes (samples) per task; pass@k up to k.")
     max_steps: int | None = Field(None, ge=1, description="Steps after which an episode ends.")
     episode_timeout: float | None = Field(
-        None, gt=0, description="Wall-clock limit of an episode in seconds (default: 300)."
+        None,
+        gt=0,
+        description="Seconds the environment's steps may take in one episode (default: 300).",
     )
     shard: Shard | None = Field(None, description="Only shard I/N of the tasks.")
     concurrency: int | None = Field(None, ge=1, description="Episodes at once.")

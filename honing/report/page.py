@@ -831,7 +831,7 @@ _REASON_WORDS = {
     "memory_limit": "the model's program ran out of memory",
     "step_timeout": "one step took longer than env.step_timeout_s",
     "step_limit": "used all its turns (agent.max_turns) without finishing",
-    "episode_timeout": "the episode took longer than env.episode_timeout_s",
+    "episode_timeout": "the episode's steps took longer than env.episode_timeout_s",
     "checker_rejected": "the answer checker failed on the model's answer (counted wrong)",
     "tampering": "the action tried to forge its verdict (counted wrong: docs/envs.md)",
     "sandbox_error": "infrastructure: the sandbox failed",

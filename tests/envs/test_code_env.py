@@ -204,12 +204,27 @@ async def test_step_limit_and_episode_timeout(pool: SandboxPool) -> None:
     await slow.reset(ADD)
     result = await slow.step(code("import time\ntime.sleep(30)\n"))
     assert result.info.failure is FailureReason.EPISODE_TIMEOUT and result.done
-    assert result.info.detail.startswith("the episode's 0.5 s ran out (env.episode_timeout_s;")
+    assert result.info.detail.startswith(
+        "the episode's 0.5 s of steps ran out (env.episode_timeout_s;"
+    )
     one_step = CodeEnv(pool, EnvConfig(step_timeout_s=0.5, episode_timeout_s=60))
     await one_step.reset(ADD)
     result = await one_step.step(code("import time\ntime.sleep(30)\n"))
     assert result.info.failure is FailureReason.STEP_TIMEOUT and not result.done
     assert result.info.detail == "no result within the step's 0.5 s (env.step_timeout_s)"
+
+
+async def test_the_episode_limit_counts_the_steps_not_the_models_turns(pool: SandboxPool) -> None:
+    """How long the model's turns take depends on how many episodes share the engine and the
+    host: a turn longer than the episode's limit ends nothing; the steps' own time does."""
+    env = CodeEnv(pool, EnvConfig(step_timeout_s=30, episode_timeout_s=4.0))
+    await env.reset(ADD)
+    await asyncio.sleep(4.5)  # the model's first turn, queued behind other episodes
+    first = await env.step(code("def add(a, b):\n    return 0\n"))
+    assert first.info.failure is not FailureReason.EPISODE_TIMEOUT and not first.done
+    await asyncio.sleep(4.5)
+    second = await env.step(code("import time\ntime.sleep(30)\n"))  # the steps' 4 s run out
+    assert second.info.failure is FailureReason.EPISODE_TIMEOUT and second.done
 
 
 async def test_state_stays_compact(env: CodeEnv) -> None:

@@ -218,8 +218,8 @@ def test_a_bad_team_is_named(
 
 
 def test_episodes_past_the_episode_timeout_are_unsolved_and_said(env: dict[str, str]) -> None:
-    """--episode-timeout is the episode's wall-clock limit: the reference's HumanEval runs take
-    longer than 1 ms, so every episode ends at it, unsolved, and stderr says to raise it."""
+    """--episode-timeout limits the episode's steps: the reference's HumanEval runs take longer
+    than 1 ms, so every episode ends at it, unsolved, and stderr says to raise it."""
     args = ["--tasks", "humaneval", "--policy", "reference", "--shard", "0/41", "--json"]
     proc = honing_eval(env, *args, "--episode-timeout", "0.001")
     limited = report(proc)
