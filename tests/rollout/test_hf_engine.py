@@ -438,26 +438,34 @@ async def test_rows_the_kv_cache_cannot_hold_wait_and_resume_where_they_stopped(
         assert isinstance(decoder, llama_decode.LlamaDecoder)
         position = decoder.kv.element_size() * decoder.kv.numel() // (6 * 16)  # one slot's
         # Room for 6 rows of 64 positions or 3 of 128, not for 6 of 128.
+        free = llama_decode.available_bytes
         monkeypatch.setattr(llama_decode, "available_bytes", lambda device: 3 * 128 * position)
-        # Set when the decode loop next runs out of work (it then frees its pool): it waits for
-        # work now, past that call, so the first time is after the calls below.
-        idle = threading.Event()
+        # One entry each time the decode loop runs out of work (it then frees its pool).
+        idles: list[int] = []
         monkeypatch.setattr(
-            hf_module, "release_idle_pool", lambda: (idle.set(), release_idle_pool())
+            hf_module, "release_idle_pool", lambda: (idles.append(1), release_idle_pool())
         )
+
+        async def then_idle(call: Any) -> Any:
+            """`call`'s result once the loop has run out of work after it (so that the next
+            call finds it idle and takes all its rows)."""
+            before = len(idles)
+            result = await call
+            deadline = time.monotonic() + 30
+            while len(idles) == before:
+                assert time.monotonic() < deadline, "the decode loop never ran out of work"
+                await asyncio.sleep(0.01)
+            return result
+
         with caplog.at_level("WARNING", logger="honing.rollout.engines.hf"):
-            tight = await engine.generate([Prompt(token_ids=p) for p in ids], long)
+            tight = await then_idle(engine.generate([Prompt(token_ids=p) for p in ids], long))
         assert engine.stats.preempted == 3
         assert "the cache now has 3 slot(s), not 6 (3 sequence(s) set back" in caplog.text
         assert "KV cache would grow to 128 positions for each of 6 slots" in caplog.text
-        deadline = time.monotonic() + 30
-        while not idle.is_set():  # so that the next call finds the loop idle: it takes 6 rows
-            assert time.monotonic() < deadline, "the decode loop never ran out of work"
-            await asyncio.sleep(0.01)
-        [alone] = await engine.generate([Prompt(token_ids=ids[0])], long)
+        [alone] = await then_idle(engine.generate([Prompt(token_ids=ids[0])], long))
         assert alone.token_ids == spare[0].token_ids
         assert "the cache now has 1 slot(s), not 6 (0 sequence(s) set back" in caplog.text
-        monkeypatch.undo()
+        monkeypatch.setattr(llama_decode, "available_bytes", free)
         engine.stats = hf_module.EngineStats()
         again = await engine.generate([Prompt(token_ids=p) for p in ids], long)
         assert engine.stats.peak_batch == 6 and engine.stats.preempted == 0
