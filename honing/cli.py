@@ -559,8 +559,8 @@ def eval_command(
 
                 def on_episode(episode: Any) -> None:
                     progress.add(episode.success, infra=episode.infra_failed)
-                    if episode.error:
-                        causes[episode.error] = causes.get(episode.error, 0) + 1
+                    if episode.infra_failed:
+                        causes[episode.infra_cause] = causes.get(episode.infra_cause, 0) + 1
 
                 return await run(pool, on_episode)
 

@@ -72,6 +72,18 @@ class Episode:
         return bool(self.error) or any(s.result.info.infrastructure for s in self.steps)
 
     @property
+    def infra_cause(self) -> str:
+        """What ended an infrastructure-failed episode, in one line of at most 200 characters:
+        its error, else its infrastructure step's detail (or failure)."""
+        detail = self.error or next(
+            (s.result.info.detail or str(s.result.info.failure) for s in self.steps
+             if s.result.info.infrastructure),
+            "",
+        )  # fmt: skip
+        line = " ".join(detail.split())
+        return line[:197] + "..." if len(line) > 200 else line or "no detail"
+
+    @property
     def steps_to_success(self) -> int | None:
         for i, s in enumerate(self.steps, start=1):
             if s.result.components.get(OUTCOME) == 1.0:

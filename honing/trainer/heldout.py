@@ -95,17 +95,6 @@ def _criteria_text(point: EvalPoint) -> str:
 INFRA_WARN_SHARE = 0.1  # of an evaluation's episodes: more, and its figure is not the policy's
 
 
-def infra_reason(episode: Episode) -> str:
-    """What ended an infrastructure-failed episode, in one line of at most 200 characters."""
-    detail = episode.error or next(
-        (s.result.info.detail or str(s.result.info.failure) for s in episode.steps
-         if s.result.info.infrastructure),
-        "",
-    )  # fmt: skip
-    line = " ".join(detail.split())
-    return line[:197] + "..." if len(line) > 200 else line or "no detail"
-
-
 def infra_warning(label: str, total: int, reasons: Counter[str]) -> str | None:
     """The warning for an evaluation where more than INFRA_WARN_SHARE of `total` episodes
     failed for infrastructure (reasons: how often each ended one), else None."""
@@ -137,7 +126,7 @@ class _EvalProgress:
         if not episode.infra_failed:
             self.outcomes[f"{episode.task_id}#{episode.sample}"] = episode.success
         else:
-            self.infra_reasons[infra_reason(episode)] += 1
+            self.infra_reasons[episode.infra_cause] += 1
         if self.live is not None:
             self.live.activity(f"eval {self.name} {self.done}/{self.total}")
         if self.done % max(1, self.total // 4) == 0 and self.done < self.total:

@@ -10,7 +10,7 @@ from collections import Counter
 from honing.envs import FailureReason, Observation, StepInfo, StepResult
 from honing.envs.base import Action
 from honing.eval.metrics import Episode, Step
-from honing.trainer.heldout import _EvalProgress, infra_reason, infra_warning
+from honing.trainer.heldout import _EvalProgress, infra_warning
 
 OBS = Observation(text="state")
 
@@ -23,10 +23,10 @@ def episode(task: str, failure: FailureReason | None = None, detail: str = "",
 
 
 def test_the_cause_comes_from_the_episode_error_or_its_infrastructure_step() -> None:
-    assert infra_reason(episode("a", error="sandbox\n  crashed")) == "sandbox crashed"
-    assert infra_reason(episode("b", FailureReason.SANDBOX_ERROR, "cell lost")) == "cell lost"
-    assert infra_reason(episode("c", FailureReason.SANDBOX_ERROR)) == "sandbox_error"
-    reason = infra_reason(episode("d", error="hf engine decode failed: " + "x" * 400))
+    assert episode("a", error="sandbox\n  crashed").infra_cause == "sandbox crashed"
+    assert episode("b", FailureReason.SANDBOX_ERROR, "cell lost").infra_cause == "cell lost"
+    assert episode("c", FailureReason.SANDBOX_ERROR).infra_cause == "sandbox_error"
+    reason = episode("d", error="hf engine decode failed: " + "x" * 400).infra_cause
     assert reason.startswith("hf engine decode failed: xxx") and len(reason) == 200
     assert reason.endswith("...")
 

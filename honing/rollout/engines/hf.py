@@ -610,11 +610,11 @@ class HFEngine:
         growth checked), so that the memory the shrunk cache held is not taken at once from what
         else runs then (the learner's update, between two rollouts). Never while work queues:
         rows would be set back again at once. The prefix cache starts empty."""
-        if isinstance(self._decoder, LlamaDecoder):
-            try:
-                self._decoder.restart(self.max_batch)
-            except KVMemoryError:
-                return
+        assert isinstance(self._decoder, LlamaDecoder)  # only its cache is ever shrunk
+        try:
+            self._decoder.restart(self.max_batch)
+        except KVMemoryError:
+            return
         self._forget()
         if self._cache is not None:
             self._cache.slots = self.max_batch

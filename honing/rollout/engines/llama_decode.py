@@ -236,21 +236,23 @@ class LlamaDecoder:
         self.resize(self.slots, min(capacity, self.max_len))
 
     def resize(self, slots: int, capacity: int | None = None) -> None:
-        """The KV cache for `slots` slots of `capacity` positions (default: the current one),
-        keeping what the first min(old, new) slots hold up to the smaller capacity; the engine
-        shrinks it when the host cannot hold the cache it needs (KVMemoryError, before the
-        allocation, when it cannot hold this one)."""
+        """The KV cache for `slots` slots of `capacity` positions (default: the current one; never
+        fewer), keeping what the first min(old, new) slots hold; the engine shrinks it when the
+        host cannot hold the cache it needs (KVMemoryError, before the allocation, when it
+        cannot hold this one). `restart` empties it at the initial capacity."""
         capacity = capacity or self.capacity
         old_slots, old_capacity = self.slots, self.capacity
+        if capacity < old_capacity:
+            raise ValueError(f"capacity {capacity} below the cache's {old_capacity}: restart()")
         if (slots, capacity) == (old_slots, old_capacity):
             return
         grows = slots * capacity / (old_slots * old_capacity)
         check_kv_fits(self.kv, grows, slots, capacity)
         k, v = self.k, self.v
         self._allocate((k.shape[0], slots, self.n_kv, capacity, self.head_dim))
-        rows, length = min(slots, old_slots), min(capacity, old_capacity)
-        self.k[:, :rows, :, :length] = k[:, :rows, :, :length]
-        self.v[:, :rows, :, :length] = v[:, :rows, :, :length]
+        rows = min(slots, old_slots)
+        self.k[:, :rows, :, :old_capacity] = k[:, :rows]
+        self.v[:, :rows, :, :old_capacity] = v[:, :rows]
         del k, v
         self.slots, self.capacity = slots, capacity
         del self.ids[slots:], self.fresh[slots:], self.shared[slots:]
@@ -258,8 +260,6 @@ class LlamaDecoder:
         self.ids += [[] for _ in range(extra)]
         self.fresh += [0] * extra
         self.shared += [0] * extra
-        if capacity < old_capacity:  # positions past it are gone
-            self._carry([(s, s, min(len(self.ids[s]), capacity)) for s in range(rows)])
         if slots > self.logits.shape[0]:
             self.logits = self.logits.new_empty((slots, self.logits.shape[1]))
 
