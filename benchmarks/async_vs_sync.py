@@ -46,6 +46,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from honing.domains.math.task import MathTask
 from honing.envs.base import Action, Observation, StepInfo, StepResult, ToolResult
 from honing.records import Ending, Trajectory
 from honing.rollout.agent import AgentConfig, Gate, run_episode
@@ -54,7 +55,6 @@ from honing.rollout.engines.hf import HFEngine
 from honing.rollout.engines.scripted import LatencyModel, ScriptedEngine
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
 from honing.tasks.load import AnyTask
-from honing.tasks.schema import MathTask
 
 GROUP = 8
 MAX_TURNS = 8

@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from honing.domains.math.task import MathTask
 from honing.envs.base import Action, Observation, StepInfo, StepResult, ToolResult
 from honing.errors import WorkerLost
 from honing.records import Ending, Trajectory
@@ -59,7 +60,6 @@ from honing.rollout.engines.base import (
 )
 from honing.rollout.scheduler import Scheduler, SchedulerConfig
 from honing.tasks.load import AnyTask
-from honing.tasks.schema import MathTask
 
 GROUP = 8
 MAX_TURNS = 8

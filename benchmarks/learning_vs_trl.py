@@ -13,7 +13,7 @@ honing reaches trl's final gain (a fixed budget alone hides speed: both sides sa
   same 8 (honing's `TaskMixer` order at the seed; trl's dataset in that order, unshuffled); the
   episode: honing's math environment (calculator, answer; up to 2 model turns of up to 44 tokens
   at the quickstart's temperature), its tokens rendered exactly as honing's agent renders them;
-* the reward: the environment's judge on the final answer (`honing.tasks.mathcheck`, 1 or 0);
+* the reward: the environment's judge on the final answer (`honing.domains.math.judge`, 1 or 0);
 * the update: GRPO, 8 tasks x 4 samples per step (`GROUPS_PER_STEP`; the quickstart itself draws
   6 to fit its 10 minutes, and the figures below were measured at 8), LoRA r 16 / alpha 32 on
   q/k/v/o of the top 12 layers, AdamW at the quickstart's constant learning rate, float32,

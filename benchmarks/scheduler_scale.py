@@ -37,13 +37,13 @@ import resource
 import time
 from contextlib import AbstractAsyncContextManager
 
+from honing.domains.math.task import MathTask
 from honing.records import Trajectory
 from honing.rollout.agent import Gate
 from honing.rollout.engines.base import Prompt, SamplingParams
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.scheduler import EpisodeRunner, Scheduler, SchedulerConfig
 from honing.tasks.load import AnyTask
-from honing.tasks.schema import MathTask
 
 GROUP = 8
 ENGINE_SLOTS = 512

@@ -68,3 +68,65 @@ def test_imports_point_down_the_layers() -> None:
                     f"{target} ({there}, layer {table[there]})"
                 )
     assert not wrong, "imports must point to a lower layer:\n" + "\n".join(wrong)
+
+
+def domain_packages() -> list[str]:
+    """The built-in domains that are one package each (`honing/domains/<name>/`)."""
+    return sorted(d.name for d in (PACKAGE / "domains").iterdir() if (d / "__init__.py").is_file())
+
+
+def module_of(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_a_domain_package_is_imported_only_by_itself_and_the_domains_index() -> None:
+    """Nothing in honing outside `honing/domains/<name>/` imports that domain (the registry finds
+    it through `honing.domains`, which imports every built-in domain), and domain packages do not
+    import each other. Checked by hand to fail: `from honing.domains.math.task import MathTask`
+    planted in honing/envs/tools.py, and in honing/domains/sql.py."""
+    packages = domain_packages()
+    assert "math" in packages
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_of(path)
+        if module == "honing.domains":
+            continue
+        for line, target in imports(path):
+            for name in packages:
+                home = f"honing.domains.{name}"
+                inside = module == home or module.startswith(home + ".")
+                if (target == home or target.startswith(home + ".")) and not inside:
+                    wrong.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
+    assert not wrong, "only a domain's own package imports it:\n" + "\n".join(wrong)
+
+
+def test_a_domains_task_and_generator_do_not_import_its_environment() -> None:
+    """Tasks are data: a domain's `task` and `generate` modules build tasks without its
+    environment (or the judge's sandbox programs), so loading a task set never needs either.
+    Checked by hand to fail: `from honing.domains.math.env import MathEnv` planted in
+    honing/domains/math/generate.py."""
+    wrong = []
+    for name in domain_packages():
+        home = PACKAGE / "domains" / name
+        for stem in ("task", "generate"):
+            path = home / f"{stem}.py"
+            if not path.is_file():
+                continue
+            for line, target in imports(path):
+                if target in (f"honing.domains.{name}.env", f"honing.domains.{name}.judge"):
+                    wrong.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
+    assert not wrong, "a domain's tasks do not need its environment:\n" + "\n".join(wrong)
+
+
+def test_a_domain_package_has_the_parts_of_one() -> None:
+    """Each domain package has its task model, environment, judge and generator modules, and its
+    `__init__` registers it."""
+    for name in domain_packages():
+        home = PACKAGE / "domains" / name
+        missing = [
+            f"{s}.py"
+            for s in ("task", "env", "judge", "generate")
+            if not (home / f"{s}.py").is_file()
+        ]
+        assert not missing, f"honing/domains/{name}/ lacks {missing}"
+        assert "register(" in (home / "__init__.py").read_text(), name

@@ -36,7 +36,7 @@ from honing.envs.base import (
     tool_schema,
     untrusted_json,
 )
-from honing.envs.math import calculate
+from honing.envs.kits.calculator import calculate
 from honing.envs.sql import RUN_FAILURE
 from honing.errors import HoningError, RuntimeBuildError, SandboxError
 from honing.sandbox import SandboxPool

@@ -35,7 +35,8 @@ from honing.envs.base import (
     malformed,
     tool_schema,
 )
-from honing.envs.math import calculate, stated_answer
+from honing.envs.kits.answers import stated_answer
+from honing.envs.kits.calculator import calculate
 from honing.errors import HoningError
 from honing.risk import RiskEvent, event
 from honing.sandbox import SandboxPool

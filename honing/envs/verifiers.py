@@ -3,11 +3,11 @@
     verifier_version("math")   # 'math:3f9c0a1b7d2e (math-verify 0.9.0, python 3.11.7)'
 
 A digest of everything that scores the domain, found from its environment class: the code (not
-the docstrings, comments or layout) of its module and of the `honing.envs` / `honing.tasks`
-modules it imports, the programs they run in the sandbox, the distributions the judges declare,
-and the Python version (docs/rollout.md, "Re-scoring without regeneration"). Not covered: the
-task data (a task's answer is versioned with its task set), the sandbox's limits (recorded with
-the run), and code a judge imports lazily inside a function.
+the docstrings, comments or layout) of its module and of the `honing.domains`, `honing.envs` and
+`honing.tasks` modules it imports, the programs they run in the sandbox, the distributions the
+judges declare, and the Python version (docs/rollout.md, "Re-scoring without regeneration").
+Not covered: the task data (a task's answer is versioned with its task set), the sandbox's
+limits (recorded with the run), and code a judge imports lazily inside a function.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from honing.errors import ConfigError
 
-SCOPE = ("honing.envs", "honing.tasks")
+SCOPE = ("honing.domains", "honing.envs", "honing.tasks")
 _SIBLING = re.compile(r"""["'](\w+)\.py["']""")
 _REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 

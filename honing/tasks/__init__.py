@@ -12,7 +12,6 @@ from honing.tasks.quality import Verification, apply_quality_filter, verify_refe
 from honing.tasks.schema import (
     AnswerRule,
     CodeTask,
-    MathTask,
     SqlTask,
     TaskBase,
     ToolsTask,
@@ -20,7 +19,6 @@ from honing.tasks.schema import (
 from honing.tasks.synthetic import (
     generate_code_repair_tasks,
     generate_code_tasks,
-    generate_math_tasks,
     generate_sql_tasks,
     generate_tools_tasks,
 )
@@ -28,7 +26,6 @@ from honing.tasks.synthetic import (
 __all__ = [
     "AnswerRule",
     "CodeTask",
-    "MathTask",
     "Quarantined",
     "SqlTask",
     "TaskBase",
@@ -38,7 +35,6 @@ __all__ = [
     "apply_quality_filter",
     "generate_code_repair_tasks",
     "generate_code_tasks",
-    "generate_math_tasks",
     "generate_sql_tasks",
     "generate_tools_tasks",
     "load_tasks",

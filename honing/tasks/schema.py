@@ -1,11 +1,11 @@
 """The typed task record, one model per domain, told apart by the `domain` field.
 
-Covered: `TaskBase` and the built-in domains' `CodeTask`, `MathTask`, `ToolsTask` and `SqlTask`
-with their fields; every task has `domain`, `id`, `prompt`, `tags`, an optional `reference` and
-free `metadata`, and an unknown field is an error that names it. The union of every registered
-domain's model is `honing.tasks.domains.task_adapter()`. docs/tasks.md ("One example
-per domain", "The modules in detail") shows and describes each domain. Not covered: loading
-(`honing.tasks.load`) and checking references (`honing.tasks.quality`).
+Covered: `TaskBase` and the `CodeTask`, `ToolsTask` and `SqlTask` of domains not yet in a package of
+their own (math's is `honing.domains.math.task`), with their fields; every task has `domain`, `id`,
+`prompt`, `tags`, an optional `reference` and free `metadata`, and an unknown field is an error that
+names it. The union of every registered domain's model is `honing.tasks.domains.task_adapter()`.
+docs/tasks.md ("One example per domain", "The modules in detail") shows and describes each domain.
+Not covered: loading (`honing.tasks.load`) and checking references (`honing.tasks.quality`).
 """
 
 from __future__ import annotations
@@ -80,11 +80,6 @@ class CodeTask(TaskBase):
     def repair(self) -> bool:
         """The task ships the solution to fix (`files` holds solution.py)."""
         return CODE_SOLUTION in self.files
-
-
-class MathTask(TaskBase):
-    domain: Literal["math"] = "math"
-    answer: str = Field(min_length=1, description="The final answer (a number or expression).")
 
 
 class ToolsTask(TaskBase):

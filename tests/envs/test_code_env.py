@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
+from honing.domains.math.task import MathTask
 from honing.envs import Action, CodeEnv, EnvConfig, FailureReason, MalformedAction
 from honing.errors import HoningError
 from honing.sandbox import ExecResult, ExecStatus, SandboxPool
-from honing.tasks import CodeTask, MathTask
+from honing.tasks import CodeTask
 
 ADD = CodeTask(
     id="add",

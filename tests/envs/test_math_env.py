@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
+from honing.domains.math import judge as mathcheck
+from honing.domains.math.env import MathEnv
+from honing.domains.math.task import MathTask
 from honing.envs import Action, EnvConfig, FailureReason
-from honing.envs.math import MathEnv, stated_answer
+from honing.envs.kits.answers import stated_answer
 from honing.sandbox import ExecResult, ExecStatus, SandboxPool
-from honing.tasks import MathTask, mathcheck
 
 PRODUCT = MathTask(id="mul", prompt="What is 17*23?", answer="391", reference="17*23 = 391")
 

@@ -22,12 +22,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from honing.domains.math import judge as mathcheck
+from honing.domains.math.task import MathTask
 from honing.envs import Action, EnvConfig, FailureReason, MalformedAction, StepResult, ToolCall
 from honing.envs import code as code_env
-from honing.envs import math as math_env
+from honing.envs.kits import calculator as calc_kit
 from honing.envs.registry import make_env
 from honing.sandbox import SandboxPool
-from honing.tasks import CodeTask, MathTask, SqlTask, ToolsTask, mathcheck
+from honing.tasks import CodeTask, SqlTask, ToolsTask
 from honing.tasks.finance.generate import generate_finance_tasks
 from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask
@@ -448,7 +450,7 @@ def short_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     """The model's programs and calculator runs stop after `RUN_S`, and math-verify spends at
     most `RUN_S` of CPU on an answer: what never ends meets its own limit, within the step's."""
     monkeypatch.setattr(code_env, "RUN_TIMEOUT_S", RUN_S)
-    monkeypatch.setattr(math_env, "CALC_TIMEOUT_S", RUN_S)
+    monkeypatch.setattr(calc_kit, "CALC_TIMEOUT_S", RUN_S)
     monkeypatch.setattr(mathcheck, "BUDGET_S", RUN_S)
 
 

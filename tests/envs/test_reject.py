@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from honing.domains.math.env import MathEnv
+from honing.domains.math.task import MathTask
 from honing.envs import Action, EnvConfig, FailureReason, ToolCall
-from honing.envs.math import MathEnv
 from honing.errors import HoningError
 from honing.sandbox import SandboxPool
-from honing.tasks import MathTask
 
 PRODUCT = MathTask(id="mul", prompt="What is 17*23?", answer="391")
 DETAIL = "tool call 1: arguments are not JSON: Expecting ',' delimiter"

@@ -14,15 +14,16 @@ from typing import Any
 
 import pytest
 
+from honing.domains.math.env import MathEnv
+from honing.domains.math.task import MathTask
 from honing.envs import Action, CodeEnv, EnvConfig, FailureReason, ToolCall
 from honing.envs.base import Environment, StepResult
 from honing.envs.finance import FinanceEnv
-from honing.envs.math import MathEnv
 from honing.envs.sql import SqlEnv
 from honing.envs.structure import StructureEnv
 from honing.envs.tools import ToolsEnv
 from honing.sandbox import ExecRequest, SandboxPool
-from honing.tasks import CodeTask, MathTask, SqlTask, ToolsTask, load_tasks
+from honing.tasks import CodeTask, SqlTask, ToolsTask, load_tasks
 from honing.tasks.finance.generate import generate_finance_tasks
 from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask

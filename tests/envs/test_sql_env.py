@@ -274,6 +274,6 @@ async def test_close_releases_the_workspace_and_the_registry_knows_sql(pool: San
     with pytest.raises(KeyError):
         (await duckdb_pool(pool)).get_workspace(workspace_id)
     with pytest.raises(HoningError, match="runs sql tasks, not math"):
-        from honing.tasks import MathTask
+        from honing.domains.math.task import MathTask
 
         await env.reset(MathTask(id="m", prompt="1+1?", answer="2"))

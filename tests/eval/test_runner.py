@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from honing.domains.math.task import MathTask
 from honing.envs import Action, EnvConfig, ToolCall
 from honing.errors import ConfigError
 from honing.eval import (
@@ -18,7 +19,7 @@ from honing.eval import (
     play_episodes,
 )
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
-from honing.tasks import CodeTask, MathTask, TaskSet, domains
+from honing.tasks import CodeTask, TaskSet, domains
 
 ADD = CodeTask(
     id="add",

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from honing.domains.math.env import TOOLS
 from honing.envs.base import Action, MalformedAction, Observation, ToolResult
-from honing.envs.math import TOOLS
 from honing.errors import ConfigError
 from honing.rollout.chat import CALL_FORMAT, ChatFormat, observation_messages, parse_action
 from honing.rollout.models import load_tokenizer

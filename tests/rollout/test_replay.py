@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from honing.domains.math.env import MathEnv
+from honing.domains.math.task import MathTask
 from honing.envs.base import Action, CallOutcome, EnvConfig, FailureReason, ToolCall
-from honing.envs.math import MathEnv
 from honing.envs.registry import make_env
 from honing.records import Ending, Trajectory, Turn
 from honing.rollout.agent import AgentConfig, run_episode
@@ -22,7 +23,6 @@ from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.replay import replay, stored_action
 from honing.sandbox import SandboxPool
 from honing.store.rescore import RescoreStatus
-from honing.tasks.schema import MathTask
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TASK = MathTask(id="replay/51", prompt="Multiply 17 by 3.", answer="51")

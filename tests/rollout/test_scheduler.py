@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from honing.domains.math.task import MathTask
 from honing.errors import EngineError
 from honing.records import Ending, Group, Retry, Trajectory
 from honing.rollout.agent import Gate, InfraFailure
@@ -30,7 +31,6 @@ from honing.rollout.scheduler import (
 from honing.rollout.slots import PrioritySlots
 from honing.sandbox import ExecRequest, SandboxConfig, SandboxPool
 from honing.tasks.load import AnyTask
-from honing.tasks.schema import MathTask
 
 
 def task(name: str) -> MathTask:

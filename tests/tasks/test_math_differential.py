@@ -21,15 +21,10 @@ from fractions import Fraction
 
 import pytest
 
+from honing.domains.math.judge import Verdict, final_value, math_equal_many, states_a_value
+from honing.domains.math.sets import champ
+from honing.domains.math.task import MathTask
 from honing.sandbox import SandboxPool
-from honing.tasks.builtin import champ
-from honing.tasks.mathcheck import (
-    Verdict,
-    final_value,
-    math_equal_many,
-    states_a_value,
-)
-from honing.tasks.schema import MathTask
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -10,10 +10,7 @@ from typing import Any, Literal, cast
 
 import pytest
 
-from honing.errors import ConfigError
-from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
-from honing.tasks import apply_quality_filter, domains, load_tasks, verify_references
-from honing.tasks.mathcheck import (
+from honing.domains.math.judge import (
     PROGRAM,
     checker_pool,
     final_value,
@@ -21,6 +18,9 @@ from honing.tasks.mathcheck import (
     math_equal_many,
     number_kind,
 )
+from honing.errors import ConfigError
+from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
+from honing.tasks import apply_quality_filter, domains, load_tasks, verify_references
 from honing.tasks.quality import code_program
 from honing.tasks.schema import TaskBase
 
@@ -237,7 +237,8 @@ async def test_math_checker_failures_quarantine_and_a_checker_that_cannot_run_do
 ) -> None:
     """A reference the checker raises on fails; an answer that breaks the checker is the task's
     fault too; a checker that cannot start leaves the task unverified."""
-    from honing.tasks import MathTask, mathcheck
+    from honing.domains.math import judge as mathcheck
+    from honing.domains.math.task import MathTask
 
     huge = "1" * 5000  # math-verify raises on it (Python's 4300-digit limit)
     tasks = [

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from honing.tasks import CodeTask, MathTask, domains, tasks_from_rows
+from honing.domains.math.task import MathTask
+from honing.tasks import CodeTask, domains, tasks_from_rows
 
 TASK_ADAPTER = domains.task_adapter()
 

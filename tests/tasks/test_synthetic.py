@@ -12,16 +12,17 @@ from fractions import Fraction
 
 import pytest
 
+from honing.domains.math.generate import MATH_FAMILIES, generate_math_tasks
+from honing.domains.math.task import MathTask
 from honing.envs.base import Action
 from honing.envs.registry import make_env
 from honing.envs.tools import UNITS, calendar, convert_units
 from honing.eval.policies import NoopPolicy
 from honing.sandbox import SandboxPool
-from honing.tasks import CodeTask, MathTask, ToolsTask, apply_quality_filter, load_tasks
+from honing.tasks import CodeTask, ToolsTask, apply_quality_filter, load_tasks
 from honing.tasks.load import AnyTask
 from honing.tasks.synthetic import (
     CODE_FAMILIES,
-    MATH_FAMILIES,
     TOOLS_FAMILIES,
     UNIT_FACTORS,
     UNSEEN_TAG,
@@ -30,7 +31,6 @@ from honing.tasks.synthetic import (
     convert_exactly,
     decimal_text,
     generate_code_tasks,
-    generate_math_tasks,
     generate_tools_tasks,
 )
 

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from honing.domains.math.env import MathEnv
+from honing.domains.math.task import MathTask
 from honing.envs.base import CallOutcome, ToolCall
-from honing.envs.math import MathEnv, calculate
+from honing.envs.kits.calculator import calculate
 from honing.envs.verifiers import verifier_version
 from honing.records import Ending
 from honing.rollout.agent import AgentConfig
@@ -30,7 +32,6 @@ from honing.store import TrajectoryWriter, read_trajectories
 from honing.store.rescore import RescoreStatus, read_rescores, rescore_dirs
 from honing.tasks import domains
 from honing.tasks.load import load_tasks
-from honing.tasks.schema import MathTask
 from honing.trainer.rescore import plan_rescore
 
 HONING = [sys.executable, "-m", "honing"]

@@ -15,12 +15,12 @@ from pydantic import ValidationError
 from test_loop import assert_same_store_and_logs, assert_same_weights, run_child
 from test_loop import config as loop_config
 
+from honing.domains.math.task import MathTask
 from honing.report import build_report
 from honing.rollout.engines.base import Prompt
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.tasks.load import TaskSet
-from honing.tasks.schema import MathTask
 from honing.trainer.checkpoint import latest_checkpoint
 from honing.trainer.curriculum import Curriculum, CurriculumSettings, TaskRecord, task_key
 from honing.trainer.loop import LoopState, train

@@ -12,8 +12,8 @@ import pytest
 from pydantic import ValidationError
 from test_curriculum import starving_updates
 
+from honing.domains.math.task import MathTask
 from honing.tasks.load import TaskSet
-from honing.tasks.schema import MathTask
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.sources import TaskMixer
 

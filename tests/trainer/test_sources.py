@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from honing.domains.math.generate import generate_math_tasks
+from honing.domains.math.task import MathTask
 from honing.errors import ConfigError
 from honing.tasks.load import question_key
-from honing.tasks.schema import MathTask
-from honing.tasks.synthetic import UNSEEN_TAG, generate_math_tasks
+from honing.tasks.synthetic import UNSEEN_TAG
 from honing.trainer.gains import tag_scores
 from honing.trainer.run_config import PHRASED, TaskSource, TrainConfig, WarmStart
 from honing.trainer.sources import heldout_sets, load_source, validation_sets, warm_start_tasks

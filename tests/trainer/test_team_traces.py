@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from honing.domains.math.generate import generate_math_tasks
 from honing.envs.base import Action, ToolCall
 from honing.envs.registry import make_env
 from honing.rollout.agent import AgentConfig
@@ -21,7 +22,7 @@ from honing.rollout.saved_agent import SavedAgent, load_agent
 from honing.rollout.team import Conversation, RoleEngines, TeamConfig, run_team_episode
 from honing.sandbox import SandboxPool
 from honing.tasks.schema import CODE_SOLUTION
-from honing.tasks.synthetic import generate_code_repair_tasks, generate_math_tasks
+from honing.tasks.synthetic import generate_code_repair_tasks
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.sft import ChatExample, SftDataError, load_chat_data, tokenize_example
 from honing.trainer.team_traces import (

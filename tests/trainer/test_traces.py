@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from honing.domains.math import _evaluate, arithmetic_expression
+from honing.domains.math.generate import generate_math_tasks
+from honing.domains.math.task import MathTask
+from honing.domains.math.traces import _evaluate, arithmetic_expression
 from honing.envs.base import Action, ToolCall
 from honing.envs.registry import make_env
 from honing.rollout.agent import AgentConfig, run_episode
@@ -21,11 +23,10 @@ from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
-from honing.tasks.schema import CODE_SOLUTION, CodeTask, MathTask
+from honing.tasks.schema import CODE_SOLUTION, CodeTask
 from honing.tasks.synthetic import (
     generate_code_repair_tasks,
     generate_code_tasks,
-    generate_math_tasks,
     generate_sql_tasks,
     generate_tools_tasks,
 )

@@ -2,13 +2,13 @@
 
     code     generate_code_tasks(n, seed)          short functions checked by `assert` tests
     repair   generate_code_repair_tasks(n, seed)   a code family's function with one token broken;
-                                                   phrasings="heldout" as for math
-    math     generate_math_tasks(n, seed)          multi-digit arithmetic; phrasings="heldout"
-                                                   words half as training never does
+                                                   phrasings="heldout" words about half as
+                                                   training never does
     tools    generate_tools_tasks(n, seed)         unit conversion, calendar, lookup, calculator;
-                                                   phrasings="heldout" as for math
+                                                   phrasings="heldout" as for repair
     sql      generate_sql_tasks(n, seed)           small financial tables with a known answer;
-                                                   phrasings="heldout" as for math
+                                                   phrasings="heldout" as for repair
+    (math's generator is its domain's: `honing.domains.math.generate`)
     common   what the domains share: `generate`, tags and metadata, held-out wordings,
              `as_taskset`
 
@@ -26,7 +26,6 @@ from honing.tasks.synthetic.common import (
     Phrasings,
     as_taskset,
 )
-from honing.tasks.synthetic.math import MATH_FAMILIES, generate_math_tasks
 from honing.tasks.synthetic.repair import generate_code_repair_tasks
 from honing.tasks.synthetic.sql import SQL_EXAMPLES, generate_sql_tasks
 from honing.tasks.synthetic.tools import (
@@ -47,7 +46,6 @@ __all__ = [
     "CODE_FAMILIES",
     "DECIMALS",
     "ITEMS",
-    "MATH_FAMILIES",
     "PHASES",
     "SCALE",
     "SQL_EXAMPLES",
@@ -65,7 +63,6 @@ __all__ = [
     "decimal_text",
     "generate_code_repair_tasks",
     "generate_code_tasks",
-    "generate_math_tasks",
     "generate_sql_tasks",
     "generate_tools_tasks",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from honing.tasks.schema import MathTask
+from honing.domains.math.task import MathTask
 from honing.tasks.synthetic.common import (
     TWO_DIGITS,
     UNSEEN_TAG,

@@ -19,11 +19,14 @@ from __future__ import annotations
 import enum
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from honing.domains.math.task import MathTask
 from honing.sandbox import ExecRequest, RuntimeStore, SandboxPool
 from honing.tasks.checkrun import RunEnd, checker_limits, run_end
+from honing.tasks.schema import ReferenceVerdict
 
 RUNTIME = "honing-math"
 DISTRIBUTIONS = ["math-verify"]
@@ -306,3 +309,24 @@ def _read_reply(stdout: str, count: int) -> list[Verdict]:
         else:
             verdicts.append(Verdict(equal=item.get("equal") is True))
     return verdicts
+
+
+async def check_math(tasks: Sequence[MathTask], pool: SandboxPool) -> dict[str, ReferenceVerdict]:
+    """Math: the reference must equal the answer by the math checker."""
+    maths = [t for t in tasks if t.reference is not None]
+    found = await math_equal_many(pool, [(t.answer, t.reference or "") for t in maths])
+    out: dict[str, ReferenceVerdict] = {}
+    for task, verdict in zip(maths, found, strict=True):
+        if verdict.problem in (Problem.SANDBOX, Problem.CHECKER):
+            why = f"the math checker did not run: {verdict.detail}"
+            out[task.id] = ReferenceVerdict("unverified", why)
+        elif verdict.problem is Problem.TASK:
+            out[task.id] = ReferenceVerdict("failed", verdict.detail)
+        elif verdict.rejected:
+            out[task.id] = ReferenceVerdict("failed", f"reference: {verdict.rejected}")
+        elif verdict.equal:
+            out[task.id] = ReferenceVerdict("passed")
+        else:
+            why = f"reference does not equal answer {task.answer!r}"
+            out[task.id] = ReferenceVerdict("failed", why)
+    return out

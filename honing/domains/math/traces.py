@@ -1,11 +1,7 @@
-"""The `math` domain: compute an answer, alone or with a calculator; the answer is judged by
-the math checker.
-
-Tasks: `MathTask`; environment: `honing.envs.math.MathEnv`; references judged by the math
-checker (`honing.tasks.quality.check_math`); generator `math` (its `phrasings`); built-in sets
-`champ`, `synthetic-math` (an evaluation set: about half worded as training never is),
-`examples-math`, `tempting-math`. Warm-start traces play an arithmetic task as a calculator
-call, then the answer (`calculator_plan`; docs/training.md, "The modules in detail").
+"""Warm-start traces for math: an arithmetic task played as a calculator call on the expression
+behind its answer, then the answer (`calculator_plan`); the expression is read off the task's
+metadata or its prompt (`arithmetic_expression`). Not covered: tasks with no such expression
+(their reference actions are played as they are).
 """
 
 from __future__ import annotations
@@ -14,17 +10,12 @@ import ast
 import re
 from collections.abc import Callable
 from fractions import Fraction
-from functools import partial
 
+from honing.domains.math.task import MathTask
 from honing.envs.base import Action, ToolCall
-from honing.envs.math import MathEnv
-from honing.tasks.builtin import EXAMPLES_DIR, champ, tempting
-from honing.tasks.domains import Domain, TracePlan, register
-from honing.tasks.quality import check_math
-from honing.tasks.schema import MathTask
-from honing.tasks.synthetic import generate_math_tasks
+from honing.tasks.domains import TracePlan
 
-_FAMILIES: dict[str, list[str]] = {  # honing.tasks.synthetic.math's families, by numbers in order
+_FAMILIES: dict[str, list[str]] = {  # the generator's families (generate), by numbers in order
     "sum": ["{0} + {1}"],
     "difference": ["{0} - {1}", "{1} - {0}"],
     "product": ["{0} * {1}"],
@@ -44,7 +35,7 @@ def arithmetic_expression(task: MathTask) -> str | None:
     target = _number(task.answer)
     if target is None:
         return None
-    given = task.metadata.get("expression")  # honing.tasks.synthetic records its calculation
+    given = task.metadata.get("expression")  # the generator records its calculation
     candidates: list[str] = [given] if isinstance(given, str) else []
     direct = _DIRECT.match(task.prompt)
     if direct:
@@ -115,22 +106,3 @@ def calculator_plan(task: MathTask, env_actions: list[Action]) -> TracePlan | No
         return f"the calculator showed {shown!r}, not the answer {task.answer!r}"
 
     return TracePlan([Action(tool_calls=[calc]), Action(tool_calls=[answer])], check_first)
-
-
-def _generate(n: int, seed: int, phrasings: str) -> list[MathTask]:
-    return generate_math_tasks(n, seed, phrasings)  # type: ignore[arg-type]
-
-
-DOMAIN = register(
-    Domain(
-        name="math",
-        task=MathTask,
-        env=MathEnv,
-        check=check_math,
-        generators={"math": _generate},
-        sets={"champ": champ, "tempting-math": partial(tempting, "math")},
-        examples=EXAMPLES_DIR / "math_examples.jsonl",
-        trace_plan=calculator_plan,
-        description="arithmetic and competition math, with a calculator",
-    )
-)
