@@ -1,11 +1,11 @@
 """Environments: the async contract (`base`), the tools several domains share (`kits`), and the
 environments of the domains not yet in a package of their own.
 
-Covered: the contract (actions, observations, named rewards, failure taxonomy, task state,
-limits, checkpoint/rollback) and the `code`, `tools`, `sql`, `finance` and `structure`
-environments (math's is `honing.domains.math.env`); `registry` maps a domain to its environment;
-`verifiers` versions each domain's scoring code (for re-scores).
-Not covered here: the agent loop that turns a model's text into actions (the rollout layer).
+Covered: the contract (actions, observations, named rewards, failure taxonomy, task state, limits,
+checkpoint/rollback) and the `code`, `sql`, `finance` and `structure` environments (math's and
+tools' are in `honing.domains.<name>.env`); `registry` maps a domain to its environment; `verifiers`
+versions each domain's scoring code (for re-scores). Not covered here: the agent loop that turns a
+model's text into actions (the rollout layer).
 """
 
 from honing.envs.base import (

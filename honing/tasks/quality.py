@@ -1,17 +1,16 @@
 """The quality filter's last step: every task's reference must pass its own verifier.
 
 Covered: code references judged as the code environment judges the model (and a repair task's
-starting solution.py, which must fail), tools references by the call matcher, sql references by the
-sql rules; a failing reference quarantines its task with the reason, and a task the sandbox could
-not check is reported as unverified, not failed (docs/tasks.md, "The modules in detail"). A task of
-a domain this module cannot check is a ConfigError, never dropped. Not covered: the schema and
-de-duplication steps, done on load (`honing.tasks.load`), and the checks of domains in a package of
-their own (math's: `honing.domains.math.judge.check_math`).
+starting solution.py, which must fail) and sql references by the sql rules; a failing reference
+quarantines its task with the reason, and a task the sandbox could not check is reported as
+unverified, not failed (docs/tasks.md, "The modules in detail"). A task of a domain this module
+cannot check is a ConfigError, never dropped. Not covered: the schema and de-duplication steps, done
+on load (`honing.tasks.load`), and the checks of domains in a package of their own (math's and
+tools': `honing.domains.<name>.judge`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -25,10 +24,8 @@ from honing.tasks.schema import (
     CodeTask,
     ReferenceVerdict,
     SqlTask,
-    ToolsTask,
 )
 from honing.tasks.sqlcheck import check_references
-from honing.tasks.toolcalls import judge_reference
 
 CODE_TIMEOUT_S = 10.0
 
@@ -54,25 +51,6 @@ def code_program(task: CodeTask, solution: str) -> str:
 
 def _code_run(task: CodeTask, solution: str) -> JudgedRun:
     return judged_run(task, run_files(task, {CODE_SOLUTION: solution}), CODE_TIMEOUT_S)
-
-
-def tools_reference_mismatch(task: ToolsTask) -> str | None:
-    """None when the reference (a JSON list of calls) solves the task."""
-    try:
-        calls = json.loads(task.reference or "")
-    except json.JSONDecodeError as exc:
-        return f"reference is not a JSON list of calls: {exc.msg}"
-    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
-        return "reference is not a JSON list of calls"
-    mismatch = judge_reference(
-        calls,
-        task.expected_calls,
-        task.functions,
-        task.answer,
-        task.max_calls,
-        task.forbidden_tools,
-    )
-    return None if mismatch is None else f"reference does not solve the task: {mismatch}"
 
 
 async def verify_references(
@@ -152,11 +130,6 @@ async def check_code(tasks: Sequence[CodeTask], pool: SandboxPool) -> dict[str, 
             else:
                 out[task.id] = _verdict(reason)
     return out
-
-
-async def check_tools(tasks: Sequence[ToolsTask], pool: SandboxPool) -> dict[str, ReferenceVerdict]:
-    """Tools: the reference calls must satisfy the call matcher (no sandbox needed)."""
-    return {t.id: _verdict(tools_reference_mismatch(t)) for t in tasks if t.reference is not None}
 
 
 async def check_sql(tasks: Sequence[SqlTask], pool: SandboxPool) -> dict[str, ReferenceVerdict]:

@@ -24,12 +24,13 @@ import pytest_asyncio
 
 from honing.domains.math import judge as mathcheck
 from honing.domains.math.task import MathTask
+from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, EnvConfig, FailureReason, MalformedAction, StepResult, ToolCall
 from honing.envs import code as code_env
 from honing.envs.kits import calculator as calc_kit
 from honing.envs.registry import make_env
 from honing.sandbox import SandboxPool
-from honing.tasks import CodeTask, SqlTask, ToolsTask
+from honing.tasks import CodeTask, SqlTask
 from honing.tasks.finance.generate import generate_finance_tasks
 from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask

@@ -16,14 +16,15 @@ import pytest
 
 from honing.domains.math.env import MathEnv
 from honing.domains.math.task import MathTask
+from honing.domains.tools.env import ToolsEnv
+from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, CodeEnv, EnvConfig, FailureReason, ToolCall
 from honing.envs.base import Environment, StepResult
 from honing.envs.finance import FinanceEnv
 from honing.envs.sql import SqlEnv
 from honing.envs.structure import StructureEnv
-from honing.envs.tools import ToolsEnv
 from honing.sandbox import ExecRequest, SandboxPool
-from honing.tasks import CodeTask, SqlTask, ToolsTask, load_tasks
+from honing.tasks import CodeTask, SqlTask, load_tasks
 from honing.tasks.finance.generate import generate_finance_tasks
 from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask

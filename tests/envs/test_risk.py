@@ -16,13 +16,14 @@ from honing import risk
 from honing.domains.math.env import MathEnv
 from honing.domains.math.judge import checker_pool
 from honing.domains.math.task import MathTask
+from honing.domains.tools.env import ToolsEnv
+from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, EnvConfig, FailureReason, StepResult, ToolCall
 from honing.envs.code import CodeEnv, is_test_path
 from honing.envs.finance import FinanceEnv
 from honing.envs.sql import SqlEnv
-from honing.envs.tools import ToolsEnv
 from honing.sandbox import ExecRequest, ExecResult, SandboxPool
-from honing.tasks import CodeTask, SqlTask, ToolsTask, load_tasks
+from honing.tasks import CodeTask, SqlTask, load_tasks
 from honing.tasks.finance.task import FinanceTask
 from honing.tasks.sqlcheck import duckdb_pool
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from honing.domains.tools.env import ToolError, ToolsEnv, calendar, convert_units, takes
+from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, EnvConfig, FailureReason, ToolCall
-from honing.envs.tools import ToolError, ToolsEnv, calendar, convert_units, takes
 from honing.sandbox import SandboxPool
-from honing.tasks import ToolsTask
 
 AREA = ToolsTask(
     id="area",

@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 
 from honing import risk
+from honing.domains.tools.env import ToolsEnv
+from honing.domains.tools.generate import TOOLS_FAMILIES, generate_tools_tasks
+from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, EnvConfig, FailureReason, StepResult, ToolCall
-from honing.envs.tools import ToolsEnv
 from honing.sandbox import SandboxPool
-from honing.tasks import ToolsTask, apply_quality_filter
+from honing.tasks import apply_quality_filter
 from honing.tasks.load import question_key
-from honing.tasks.synthetic import TOOLS_FAMILIES, as_taskset, generate_tools_tasks
+from honing.tasks.synthetic import as_taskset
 
 ON_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")  # the tests share one pool
 STORE = ToolsTask(

@@ -16,6 +16,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from honing.config import SandboxConfig  # noqa: E402
+from honing.domains.tools.task import ToolsTask  # noqa: E402
 from honing.envs.base import Action, ToolCall  # noqa: E402
 from honing.errors import EngineError, HoningError, WorkerLost  # noqa: E402
 from honing.records import Ending, Group  # noqa: E402
@@ -35,7 +36,6 @@ from honing.rollout.ray import (  # noqa: E402
 )
 from honing.rollout.scheduler import SchedulerConfig  # noqa: E402
 from honing.tasks.builtin import examples  # noqa: E402
-from honing.tasks.schema import ToolsTask  # noqa: E402
 
 # Functions defined here run inside the actors: ship them by value (workers cannot import tests).
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

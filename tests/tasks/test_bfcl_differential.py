@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from honing.tasks.builtin import bfcl
-from honing.tasks.schema import ToolsTask
-from honing.tasks.toolcalls import Call, match_calls, reference_calls
+from honing.domains.tools.judge import Call, match_calls, reference_calls
+from honing.domains.tools.sets import bfcl
+from honing.domains.tools.task import ToolsTask
 
 pytest.importorskip("bfcl_eval")
 

@@ -14,25 +14,23 @@ import pytest
 
 from honing.domains.math.generate import MATH_FAMILIES, generate_math_tasks
 from honing.domains.math.task import MathTask
-from honing.envs.base import Action
-from honing.envs.registry import make_env
-from honing.envs.tools import UNITS, calendar, convert_units
-from honing.eval.policies import NoopPolicy
-from honing.sandbox import SandboxPool
-from honing.tasks import CodeTask, ToolsTask, apply_quality_filter, load_tasks
-from honing.tasks.load import AnyTask
-from honing.tasks.synthetic import (
-    CODE_FAMILIES,
+from honing.domains.tools.env import UNITS, calendar, convert_units
+from honing.domains.tools.generate import (
     TOOLS_FAMILIES,
     UNIT_FACTORS,
-    UNSEEN_TAG,
     WEEKDAYS,
-    as_taskset,
     convert_exactly,
     decimal_text,
-    generate_code_tasks,
     generate_tools_tasks,
 )
+from honing.domains.tools.task import ToolsTask
+from honing.envs.base import Action
+from honing.envs.registry import make_env
+from honing.eval.policies import NoopPolicy
+from honing.sandbox import SandboxPool
+from honing.tasks import CodeTask, apply_quality_filter, load_tasks
+from honing.tasks.load import AnyTask
+from honing.tasks.synthetic import CODE_FAMILIES, UNSEEN_TAG, as_taskset, generate_code_tasks
 
 GENERATORS: dict[str, Callable[[int, int], Sequence[AnyTask]]] = {
     "code": generate_code_tasks,

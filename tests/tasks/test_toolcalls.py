@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from honing.tasks.toolcalls import Expected, match_calls, parse_python_calls, reference_calls
+from honing.domains.tools.judge import Expected, match_calls, parse_python_calls, reference_calls
 
 AREA: Expected = {"area": {"base": [10], "height": [5], "unit": ["units", ""]}}
 PRIME: Expected = {"primes": {"count": [5]}}

@@ -14,6 +14,8 @@ from pydantic import ValidationError
 
 from honing.config import load_yaml_model
 from honing.domains.math.generate import generate_math_tasks
+from honing.domains.tools.generate import generate_tools_tasks
+from honing.domains.tools.task import ToolsTask
 from honing.envs.registry import make_env
 from honing.errors import ConfigError
 from honing.rollout.agent import AgentConfig, run_episode
@@ -22,8 +24,6 @@ from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask, question_key
-from honing.tasks.schema import ToolsTask
-from honing.tasks.synthetic import generate_tools_tasks
 from honing.trainer.run_config import TrainConfig, WarmStart
 from honing.trainer.sources import heldout_sets, load_source
 from honing.trainer.traces import TraceError, reference_traces, risky_choice, write_traces

@@ -4,11 +4,9 @@
     repair   generate_code_repair_tasks(n, seed)   a code family's function with one token broken;
                                                    phrasings="heldout" words about half as
                                                    training never does
-    tools    generate_tools_tasks(n, seed)         unit conversion, calendar, lookup, calculator;
-                                                   phrasings="heldout" as for repair
     sql      generate_sql_tasks(n, seed)           small financial tables with a known answer;
                                                    phrasings="heldout" as for repair
-    (math's generator is its domain's: `honing.domains.math.generate`)
+    (math's and tools' generators are their domains': `honing.domains.<name>.generate`)
     common   what the domains share: `generate`, tags and metadata, held-out wordings,
              `as_taskset`
 
@@ -28,41 +26,17 @@ from honing.tasks.synthetic.common import (
 )
 from honing.tasks.synthetic.repair import generate_code_repair_tasks
 from honing.tasks.synthetic.sql import SQL_EXAMPLES, generate_sql_tasks
-from honing.tasks.synthetic.tools import (
-    DECIMALS,
-    ITEMS,
-    PHASES,
-    SCALE,
-    TOOLS_FAMILIES,
-    UNIT_FACTORS,
-    UNIT_NAMES,
-    WEEKDAYS,
-    convert_exactly,
-    decimal_text,
-    generate_tools_tasks,
-)
 
 __all__ = [
     "CODE_FAMILIES",
-    "DECIMALS",
-    "ITEMS",
-    "PHASES",
-    "SCALE",
     "SQL_EXAMPLES",
-    "TOOLS_FAMILIES",
     "TWO_DIGITS",
-    "UNIT_FACTORS",
-    "UNIT_NAMES",
     "UNSEEN_SHARE",
     "UNSEEN_TAG",
-    "WEEKDAYS",
     "WORDS",
     "Phrasings",
     "as_taskset",
-    "convert_exactly",
-    "decimal_text",
     "generate_code_repair_tasks",
     "generate_code_tasks",
     "generate_sql_tasks",
-    "generate_tools_tasks",
 ]

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from honing.tasks.schema import ToolsTask
+from honing.domains.tools.functions import TOOL_FUNCTIONS
+from honing.domains.tools.task import ToolsTask
 from honing.tasks.synthetic.common import (
     TWO_DIGITS,
     UNSEEN_TAG,
@@ -33,7 +34,6 @@ from honing.tasks.synthetic.common import (
     generate_phrased,
     phrase,
 )
-from honing.tasks.toolcalls import TOOL_FUNCTIONS
 
 # Exact factors (as decimal strings) to the first unit of each dimension.
 UNIT_FACTORS: dict[str, dict[str, str]] = {

@@ -21,6 +21,10 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from honing.domains.tools.functions import TOOL_FUNCTIONS
+from honing.domains.tools.generate import UNIT_NAMES
+from honing.domains.tools.judge import answers_match, match_calls
+from honing.domains.tools.task import ToolsTask
 from honing.envs.base import (
     Action,
     CallOutcome,
@@ -41,9 +45,6 @@ from honing.errors import HoningError
 from honing.risk import RiskEvent, event
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
-from honing.tasks.schema import ToolsTask
-from honing.tasks.synthetic.tools import UNIT_NAMES
-from honing.tasks.toolcalls import TOOL_FUNCTIONS, answers_match, match_calls
 
 # Linear units by dimension, as multiples of the first unit of each table.
 UNITS: dict[str, dict[str, float]] = {

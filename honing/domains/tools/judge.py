@@ -6,7 +6,9 @@ A call is `{"name": str, "arguments": dict}`; expected calls use BFCL's "possibl
 `bfcl-eval`'s checker does (tests/tasks/test_bfcl_differential.py runs both on mutations of every
 ground truth of the Python categories), except that parallel calls are paired by a perfect
 matching where BFCL pairs greedily. docs/tasks.md ("The modules in detail") states the rules.
-Not covered: BFCL's Java and JavaScript type rules (those categories are not loaded).
+The reference check (`check_tools`) judges a task's reference calls by the same rules. Not
+covered: BFCL's Java and JavaScript type rules (those categories are not loaded), and the tools
+themselves (`functions`, `env`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,14 @@ import functools
 import json
 import math
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from honing.domains.tools.task import ToolsTask
+from honing.tasks.schema import ReferenceVerdict
+
+if TYPE_CHECKING:
+    from honing.sandbox import SandboxPool
 
 Call = dict[str, Any]
 Expected = dict[str, dict[str, list[Any]]]
@@ -304,33 +312,32 @@ def judge_reference(
     return None if answers_match(answer, value) else f"its answer {value!r} is not {answer!r}"
 
 
-def _function(
-    name: str, description: str, properties: dict[str, Any], required: list[str]
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": description,
-        "parameters": {"type": "object", "properties": properties, "required": required},
-    }
+def tools_reference_mismatch(task: ToolsTask) -> str | None:
+    """None when the reference (a JSON list of calls) solves the task."""
+    try:
+        calls = json.loads(task.reference or "")
+    except json.JSONDecodeError as exc:
+        return f"reference is not a JSON list of calls: {exc.msg}"
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        return "reference is not a JSON list of calls"
+    mismatch = judge_reference(
+        calls,
+        task.expected_calls,
+        task.functions,
+        task.answer,
+        task.max_calls,
+        task.forbidden_tools,
+    )
+    return None if mismatch is None else f"reference does not solve the task: {mismatch}"
 
 
-# The executable tools' descriptions, as the tools environment offers them.
-# The executable tools of the tools domain, described as a task declares them (the environment
-# offers them as OpenAI tools; the synthetic generator declares them in its tasks).
-TOOL_FUNCTIONS: dict[str, dict[str, Any]] = {
-    "calculator": _function("calculator", "Evaluate arithmetic exactly, e.g. 12*(3+4).",
-                            {"expression": {"type": "string"}}, ["expression"]),
-    "convert_units": _function(
-        "convert_units", "Convert a quantity between units (m, km, mi, ft, kg, lb, h, l, C, F…).",
-        {"value": {"type": "number"}, "from_unit": {"type": "string"},
-         "to_unit": {"type": "string"}}, ["value", "from_unit", "to_unit"]),
-    "lookup": _function("lookup", "Look up a fact by key.", {"key": {"type": "string"}}, ["key"]),
-    "pop_record": _function("pop_record", "Read a record and remove it from the store.",
-                            {"key": {"type": "string"}}, ["key"]),
-    "calendar": _function(
-        "calendar", "Dates (YYYY-MM-DD): weekday of `date`; `date` plus `days`; days between "
-        "`date` and `other`.",
-        {"operation": {"type": "string", "enum": ["weekday", "add_days", "days_between"]},
-         "date": {"type": "string"}, "days": {"type": "integer"}, "other": {"type": "string"}},
-        ["operation", "date"]),
-}  # fmt: skip
+async def check_tools(tasks: Sequence[ToolsTask], pool: SandboxPool) -> dict[str, ReferenceVerdict]:
+    """Tools: the reference calls must satisfy the call matcher (no sandbox needed)."""
+    out: dict[str, ReferenceVerdict] = {}
+    for task in tasks:
+        if task.reference is not None:
+            reason = tools_reference_mismatch(task)
+            out[task.id] = (
+                ReferenceVerdict("passed") if reason is None else ReferenceVerdict("failed", reason)
+            )
+    return out
