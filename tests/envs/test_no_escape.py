@@ -24,6 +24,9 @@ import pytest_asyncio
 
 from honing.domains.math import judge as mathcheck
 from honing.domains.math.task import MathTask
+from honing.domains.structure.generate import generate_structure_tasks
+from honing.domains.structure.runtime import kernel_pool
+from honing.domains.structure.task import StructureTask
 from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, EnvConfig, FailureReason, MalformedAction, StepResult, ToolCall
 from honing.envs import code as code_env
@@ -35,9 +38,6 @@ from honing.tasks.finance.generate import generate_finance_tasks
 from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask
 from honing.tasks.sqlcheck import duckdb_pool
-from honing.tasks.structure.generate import generate_structure_tasks
-from honing.tasks.structure.runtime import kernel_pool
-from honing.tasks.structure.task import StructureTask
 
 R = FailureReason
 # The model's failures, and the limits of its turn: never infrastructure.

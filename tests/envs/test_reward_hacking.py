@@ -16,21 +16,21 @@ import pytest
 
 from honing.domains.math.env import MathEnv
 from honing.domains.math.task import MathTask
+from honing.domains.structure import runtime as structure_runtime
+from honing.domains.structure.env import StructureEnv
+from honing.domains.structure.generate import generate_structure_tasks
+from honing.domains.structure.task import StructureTask
 from honing.domains.tools.env import ToolsEnv
 from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, CodeEnv, EnvConfig, FailureReason, ToolCall
 from honing.envs.base import Environment, StepResult
 from honing.envs.finance import FinanceEnv
 from honing.envs.sql import SqlEnv
-from honing.envs.structure import StructureEnv
 from honing.sandbox import ExecRequest, SandboxPool
 from honing.tasks import CodeTask, SqlTask, load_tasks
 from honing.tasks.finance.generate import generate_finance_tasks
 from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask
-from honing.tasks.structure import runtime as structure_runtime
-from honing.tasks.structure.generate import generate_structure_tasks
-from honing.tasks.structure.task import StructureTask
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

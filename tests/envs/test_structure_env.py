@@ -8,13 +8,13 @@ import json
 
 import pytest
 
+from honing.domains.structure.env import StructureEnv
+from honing.domains.structure.generate import generate_structure_tasks
+from honing.domains.structure.task import StructureTask
 from honing.envs import Action, EnvConfig, FailureReason, ToolCall
 from honing.envs.registry import make_env
-from honing.envs.structure import StructureEnv
 from honing.sandbox import ExecRequest, ExecResult, SandboxPool
 from honing.tasks import load_tasks, verify_references
-from honing.tasks.structure.generate import generate_structure_tasks
-from honing.tasks.structure.task import StructureTask
 
 
 def call(name: str, **arguments: object) -> Action:
@@ -129,7 +129,7 @@ async def test_the_kernel_runs_risks_reach_the_call_that_caused_them(
     """What the sandbox saw a kernel run do (here planted in its result, as the audit hook
     reports it) is the risk of the tool call that ran it, and of no other."""
     from honing import risk
-    from honing.tasks.structure.runtime import kernel_pool
+    from honing.domains.structure.runtime import kernel_pool
 
     planted = risk.event("fs_write_outside", "open('/etc/passwd', 'w')")
     kernel = await kernel_pool(pool)

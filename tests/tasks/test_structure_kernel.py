@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from honing.domains.structure import runtime
+from honing.domains.structure.runtime import ensure_runtime, kernel_pool, run_kernel
 from honing.errors import RuntimeBuildError, SandboxError
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxConfig, SandboxPool
-from honing.tasks.structure import runtime
-from honing.tasks.structure.runtime import ensure_runtime, kernel_pool, run_kernel
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

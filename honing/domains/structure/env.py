@@ -8,7 +8,7 @@ volume, holes, bodies, watertightness, materials, lights, each stated cut by pos
 the surfaces' distance, and the image similarity when the task asks for it); process rewards
 `built`, `watertight`, one `met:<constraint>` per constraint and `volume_iou` (the submission's
 volume IoU with the target, a graded measure where `met:iou` is pass or fail).
-Everything runs in the sandbox (`honing.tasks.structure.runtime`). A script runs alone and
+Everything runs in the sandbox (`honing.domains.structure.runtime`). A script runs alone and
 gives back only a scene, as data, which a fresh kernel run builds: what the script's run does
 (an exit, a signal, a forged reply) is the model's failure, and the model's code never enters
 the run that compares with the target. A failure of the sandbox or of the kernel on the task's
@@ -21,6 +21,8 @@ import base64
 import json
 from typing import Any
 
+from honing.domains.structure.runtime import run_kernel_audited, run_script_audited, scene_problem
+from honing.domains.structure.task import StructureTask
 from honing.envs.base import (
     Action,
     CallOutcome,
@@ -36,8 +38,6 @@ from honing.errors import SandboxError
 from honing.risk import RiskEvent
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
-from honing.tasks.structure.runtime import run_kernel_audited, run_script_audited, scene_problem
-from honing.tasks.structure.task import StructureTask
 
 RENDER_SIZE = 256
 VIEWS = ["iso", "front", "back", "left", "right", "top", "bottom"]

@@ -3,12 +3,12 @@
     StructureTask(id="bracket/3", prompt="Model a bracket: ...", target={"objects": [...]},
                   reference='{"objects": [...]}', checks={"iou_min": 0.95})
 
-`target` is a scene of the structure kernel (`honing.tasks.structure.kernel`: a tree of typed
+`target` is a scene of the structure kernel (`honing.domains.structure.kernel`: a tree of typed
 operations, materials, lights); the model never sees it. `checks` override the kernel's
 tolerances (`kernel.CHECKS`: volume IoU, extents, volume, colours, lights, material names);
 `required` names the constraints that decide the outcome (default: all of them). `reference`
 is a scene (JSON) or a script that builds it. Not covered: building, rendering or judging
-(`honing.envs.structure` through the kernel in the sandbox).
+(`honing.domains.structure.env` through the kernel in the sandbox).
 """
 
 from __future__ import annotations

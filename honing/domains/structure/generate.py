@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from honing.tasks.structure.task import StructureTask
+from honing.domains.structure.task import StructureTask
 from honing.tasks.synthetic.common import (
     UNSEEN_TAG,
     Phrasings,
