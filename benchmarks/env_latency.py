@@ -82,7 +82,7 @@ async def sql(pool: SandboxPool, rounds: int) -> dict[str, list[float]]:
 
 
 async def finance(pool: SandboxPool, rounds: int) -> dict[str, list[float]]:
-    from honing.tasks.finance.docs import parse_documents
+    from honing.domains.finance.docs import parse_documents
 
     tasks = load_tasks("synthetic-finance").tasks
     out: dict[str, list[float]] = {"finance/query": []}

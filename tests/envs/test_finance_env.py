@@ -17,14 +17,10 @@ import pytest
 
 import honing.domains.finance  # noqa: F401  (registers the domain until honing.domains does)
 from honing.config import SandboxConfig
-from honing.envs import Action, EnvConfig, FailureReason, StepResult, ToolCall
-from honing.envs.finance import FinanceEnv
-from honing.envs.registry import make_env
-from honing.sandbox import SandboxPool
-from honing.tasks import load_tasks, verify_references
-from honing.tasks.finance.docs import parse_documents
-from honing.tasks.finance.generate import generate_finance_tasks
-from honing.tasks.finance.judge import (
+from honing.domains.finance.docs import parse_documents
+from honing.domains.finance.env import FinanceEnv
+from honing.domains.finance.generate import generate_finance_tasks
+from honing.domains.finance.judge import (
     CalcError,
     CalcTooLarge,
     Submission,
@@ -38,7 +34,11 @@ from honing.tasks.finance.judge import (
     show_calculation,
     unused_citations,
 )
-from honing.tasks.finance.task import FinanceTask
+from honing.domains.finance.task import FinanceTask
+from honing.envs import Action, EnvConfig, FailureReason, StepResult, ToolCall
+from honing.envs.registry import make_env
+from honing.sandbox import SandboxPool
+from honing.tasks import load_tasks, verify_references
 
 
 def call(name: str, **arguments: object) -> Action:
@@ -528,7 +528,9 @@ async def test_infrastructure_failures_are_never_a_reward_of_zero(
     task = example("growth")
     env = await env_for(pool, task)
     # the task's tables do not load: the task's fault, not the model's
-    monkeypatch.setattr("honing.envs.finance.create_sql", lambda *args: "CREATE TABLE broken (")
+    monkeypatch.setattr(
+        "honing.domains.finance.env.create_sql", lambda *args: "CREATE TABLE broken ("
+    )
     broken = await env.step(call("query", sql="SELECT 1"))
     assert broken.info.failure is FailureReason.VERIFIER_CRASH and broken.info.infrastructure
     assert "query_ok" not in broken.components and "outcome" not in broken.components
@@ -543,7 +545,7 @@ async def test_infrastructure_failures_are_never_a_reward_of_zero(
 
     # the judge runs in process on the task (validated) and the answer: what it fails on is the
     # answer's doing, a wrong answer with the reason, never an infrastructure escape
-    monkeypatch.setattr("honing.envs.finance.judge", crash)
+    monkeypatch.setattr("honing.domains.finance.env.judge", crash)
     crashed = await env.step(call("answer", **reference(task)))
     assert (
         crashed.info.failure is FailureReason.CHECKER_REJECTED and not crashed.info.infrastructure

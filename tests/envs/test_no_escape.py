@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from honing.domains.finance.generate import generate_finance_tasks
+from honing.domains.finance.task import FinanceTask
 from honing.domains.math import judge as mathcheck
 from honing.domains.math.task import MathTask
 from honing.domains.structure.generate import generate_structure_tasks
@@ -34,8 +36,6 @@ from honing.envs.kits import calculator as calc_kit
 from honing.envs.registry import make_env
 from honing.sandbox import SandboxPool
 from honing.tasks import CodeTask, SqlTask
-from honing.tasks.finance.generate import generate_finance_tasks
-from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask
 from honing.tasks.sqlcheck import duckdb_pool
 

@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from honing.domains.finance.env import FinanceEnv
+from honing.domains.finance.generate import generate_finance_tasks
+from honing.domains.finance.task import FinanceTask
 from honing.domains.math.env import MathEnv
 from honing.domains.math.task import MathTask
 from honing.domains.structure import runtime as structure_runtime
@@ -24,12 +27,9 @@ from honing.domains.tools.env import ToolsEnv
 from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, CodeEnv, EnvConfig, FailureReason, ToolCall
 from honing.envs.base import Environment, StepResult
-from honing.envs.finance import FinanceEnv
 from honing.envs.sql import SqlEnv
 from honing.sandbox import ExecRequest, SandboxPool
 from honing.tasks import CodeTask, SqlTask, load_tasks
-from honing.tasks.finance.generate import generate_finance_tasks
-from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

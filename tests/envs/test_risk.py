@@ -13,6 +13,8 @@ from pydantic import ValidationError
 
 import honing.domains.finance  # noqa: F401  (registers the domain)
 from honing import risk
+from honing.domains.finance.env import FinanceEnv
+from honing.domains.finance.task import FinanceTask
 from honing.domains.math.env import MathEnv
 from honing.domains.math.judge import checker_pool
 from honing.domains.math.task import MathTask
@@ -20,11 +22,9 @@ from honing.domains.tools.env import ToolsEnv
 from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, EnvConfig, FailureReason, StepResult, ToolCall
 from honing.envs.code import CodeEnv, is_test_path
-from honing.envs.finance import FinanceEnv
 from honing.envs.sql import SqlEnv
 from honing.sandbox import ExecRequest, ExecResult, SandboxPool
 from honing.tasks import CodeTask, SqlTask, load_tasks
-from honing.tasks.finance.task import FinanceTask
 from honing.tasks.sqlcheck import duckdb_pool
 
 ON_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")  # the tests share one pool

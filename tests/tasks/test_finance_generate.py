@@ -13,11 +13,11 @@ import pytest
 from pydantic import ValidationError
 
 import honing.domains.finance  # noqa: F401  (registers the domain)
+from honing.domains.finance.docs import Table, number, parse_documents
+from honing.domains.finance.generate import generate_finance_tasks
+from honing.domains.finance.judge import judge, parse_submission
+from honing.domains.finance.task import FinanceTask
 from honing.tasks import load_tasks
-from honing.tasks.finance.docs import Table, number, parse_documents
-from honing.tasks.finance.generate import generate_finance_tasks
-from honing.tasks.finance.judge import judge, parse_submission
-from honing.tasks.finance.task import FinanceTask
 
 
 def test_the_same_seed_gives_the_same_tasks_and_another_seed_others() -> None:

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from honing.domains.finance.generate import generate_finance_tasks
 from honing.domains.structure.generate import generate_structure_tasks
 from honing.domains.tools.generate import generate_tools_tasks
 from honing.sandbox import SandboxPool
-from honing.tasks.finance.generate import generate_finance_tasks
 from honing.tasks.load import AnyTask
 from honing.tasks.quality import verify_references
 from honing.tasks.schema import CodeTask

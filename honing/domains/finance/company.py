@@ -10,7 +10,7 @@ documents depart from the books: a quarterly CSV cell, an income-statement figur
 total, a restated prior year (the release keeps the original), a press-release claim. The annual
 report is Markdown (letter, income statement, segment results, quarterly results, risk factors,
 outlook), the quarterly figures a CSV, the press release Markdown with one claim per line.
-Not covered: the questions (`honing.tasks.finance.generate`).
+Not covered: the questions (`honing.domains.finance.generate`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import random
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from honing.tasks.finance.cite import Citation
-from honing.tasks.finance.docs import Table, parse_documents
+from honing.domains.finance.cite import Citation
+from honing.domains.finance.docs import Table, parse_documents
 
 METRICS = ["revenue", "cost_of_revenue", "gross_profit", "operating_expenses", "operating_income"]
 LABELS = {

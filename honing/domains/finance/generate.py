@@ -22,8 +22,8 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-from honing.tasks.finance.cite import Citation
-from honing.tasks.finance.company import (
+from honing.domains.finance.cite import Citation
+from honing.domains.finance.company import (
     CLAIMS,
     LABELS,
     Books,
@@ -37,7 +37,7 @@ from honing.tasks.finance.company import (
     prior_column,
     true_claims,
 )
-from honing.tasks.finance.task import FinanceTask
+from honing.domains.finance.task import FinanceTask
 from honing.tasks.synthetic.common import (
     UNSEEN_SHARE,
     UNSEEN_TAG,

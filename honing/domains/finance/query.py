@@ -8,7 +8,7 @@ columns and literal rows, no CSV sniffing), then locks DuckDB's external access 
 queries; nothing a query creates or changes outlives the run, so the model cannot alter what
 another query, or the judge, sees. The reply has the shape of the sql harness's, so the sql
 domain's `parse_run`, `QueryResult` and `RunProblem` read it, in the same DuckDB sibling pool
-(`duckdb_pool`). Not covered: judging (`honing.tasks.finance.judge`, which reads the documents
+(`duckdb_pool`). Not covered: judging (`honing.domains.finance.judge`, which reads the documents
 themselves, never the database).
 """
 

@@ -11,7 +11,7 @@ with the citations that support it.
 of `items`, named from `candidates`. `expected_citations` are the cells or lines that hold the
 figures the answer needs; each must hold in the documents. `reference` is the JSON arguments of
 the `answer` tool. Validation is strict and every error names its field. Not covered: judging
-(`honing.tasks.finance.judge`) and the environment (`honing.envs.finance`).
+(`honing.domains.finance.judge`) and the environment (`honing.domains.finance.env`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from honing.tasks.finance.cite import Citation, same_source, trace
-from honing.tasks.finance.docs import key, number, parse_documents
+from honing.domains.finance.cite import Citation, same_source, trace
+from honing.domains.finance.docs import key, number, parse_documents
 from honing.tasks.schema import TaskBase
 
 MAX_DOCUMENTS = 16

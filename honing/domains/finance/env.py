@@ -8,13 +8,13 @@ and `answer` (a value or items, citations, a calculation; ends the episode; a re
 checked (the cited figures were read or queried before the answer), well_formed, and query_ok /
 tool_ok per step; risk events: a query's statements against the documents' tables
 (`honing.tasks.sqlrisk`, as in the sql domain) and what the sandbox saw a query or calculator
-run do. The judge (`honing.tasks.finance.judge`) reads the documents themselves, never
+run do. The judge (`honing.domains.finance.judge`) reads the documents themselves, never
 the model's database, in process: whatever it fails on is the answer's failure
 (`checker_rejected`). A sandbox or DuckDB failure is an infrastructure failure (`sandbox_error`,
 `verifier_crash`), never a reward of 0. The reference played (`reference_actions`): a value
 over table cells queries the cells and the arithmetic, then answers; anything else reads the
 pages that hold its citations. docs/envs.md describes the domain. Not covered: the judge's
-rules themselves (`honing.tasks.finance`).
+rules themselves (`honing.domains.finance.judge`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,19 @@ import math
 import re
 from typing import Any, TypeGuard
 
+from honing.domains.finance.cite import trace
+from honing.domains.finance.docs import (
+    Document,
+    Table,
+    create_sql,
+    key,
+    parse_documents,
+    sql_literal,
+)
+from honing.domains.finance.docs import number as figure
+from honing.domains.finance.judge import Verdict, judge, parse_submission
+from honing.domains.finance.query import query_request
+from honing.domains.finance.task import FinanceTask
 from honing.envs.base import (
     Action,
     CallOutcome,
@@ -40,19 +53,6 @@ from honing.envs.kits.calculator import calculate
 from honing.envs.sql import RUN_FAILURE
 from honing.errors import HoningError, RuntimeBuildError, SandboxError
 from honing.sandbox import SandboxPool
-from honing.tasks.finance.cite import trace
-from honing.tasks.finance.docs import (
-    Document,
-    Table,
-    create_sql,
-    key,
-    parse_documents,
-    sql_literal,
-)
-from honing.tasks.finance.docs import number as figure
-from honing.tasks.finance.judge import Verdict, judge, parse_submission
-from honing.tasks.finance.query import query_request
-from honing.tasks.finance.task import FinanceTask
 from honing.tasks.load import AnyTask
 from honing.tasks.sqlcheck import RunProblem, SqlRun, duckdb_pool, parse_run
 from honing.tasks.sqlrisk import sql_risks

@@ -29,9 +29,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from honing.tasks.finance.cite import Citation, Trace, same_source, trace
-from honing.tasks.finance.docs import MAX_LINES, Document, key, number
-from honing.tasks.finance.task import FinanceTask
+from honing.domains.finance.cite import Citation, Trace, same_source, trace
+from honing.domains.finance.docs import MAX_LINES, Document, key, number
+from honing.domains.finance.task import FinanceTask
 
 MAX_CITATIONS = 64
 EXTRA_CITATIONS = 4  # an items answer may cite this many figures beyond the expected ones

@@ -10,7 +10,7 @@ name) states the cited value (numbers compared exactly, as Fractions; text by `k
 citation holds when the line states it. `same_source` says whether a citation points at the
 same figure as an expected one: the same cell, the same line with the same value, or a cell with
 the same row and column labels and the same value in another table (the figure reported twice).
-Not covered: judging answers (`honing.tasks.finance.judge`).
+Not covered: judging answers (`honing.domains.finance.judge`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from honing.tasks.finance.docs import Document, key, number, numbers_in
+from honing.domains.finance.docs import Document, key, number, numbers_in
 
 
 class Citation(BaseModel):
