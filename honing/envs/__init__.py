@@ -2,7 +2,7 @@
 environments of the domains not yet in a package of their own.
 
 Covered: the contract (actions, observations, named rewards, failure taxonomy, task state, limits,
-checkpoint/rollback) and the `code` and `sql` environments (the other domains' are in
+checkpoint/rollback) and the `code` environment (the other domains' are in
 `honing.domains.<name>.env`); `registry` maps a domain to its environment; `verifiers` versions each
 domain's scoring code (for re-scores). Not covered here: the agent loop that turns a model's text
 into actions (the rollout layer).

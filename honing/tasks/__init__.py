@@ -10,29 +10,23 @@ Not covered here: environments (`honing.envs`) and the domain modules that regis
 from honing.tasks.load import Quarantined, TaskSet, load_tasks, read_rows, tasks_from_rows
 from honing.tasks.quality import Verification, apply_quality_filter, verify_references
 from honing.tasks.schema import (
-    AnswerRule,
     CodeTask,
-    SqlTask,
     TaskBase,
 )
 from honing.tasks.synthetic import (
     generate_code_repair_tasks,
     generate_code_tasks,
-    generate_sql_tasks,
 )
 
 __all__ = [
-    "AnswerRule",
     "CodeTask",
     "Quarantined",
-    "SqlTask",
     "TaskBase",
     "TaskSet",
     "Verification",
     "apply_quality_filter",
     "generate_code_repair_tasks",
     "generate_code_tasks",
-    "generate_sql_tasks",
     "load_tasks",
     "read_rows",
     "tasks_from_rows",

@@ -1,12 +1,11 @@
 """The quality filter's last step: every task's reference must pass its own verifier.
 
 Covered: code references judged as the code environment judges the model (and a repair task's
-starting solution.py, which must fail) and sql references by the sql rules; a failing reference
-quarantines its task with the reason, and a task the sandbox could not check is reported as
-unverified, not failed (docs/tasks.md, "The modules in detail"). A task of a domain this module
-cannot check is a ConfigError, never dropped. Not covered: the schema and de-duplication steps, done
-on load (`honing.tasks.load`), and the checks of domains in a package of their own (math's and
-tools': `honing.domains.<name>.judge`).
+starting solution.py, which must fail); a failing reference quarantines its task with the reason,
+and a task the sandbox could not check is reported as unverified, not failed (docs/tasks.md, "The
+modules in detail"). A task of a domain this module cannot check is a ConfigError, never dropped.
+Not covered: the schema and de-duplication steps, done on load (`honing.tasks.load`), and the checks
+of domains in a package of their own (`honing.domains.<name>.judge`).
 """
 
 from __future__ import annotations
@@ -23,9 +22,7 @@ from honing.tasks.schema import (
     CODE_SOLUTION,
     CodeTask,
     ReferenceVerdict,
-    SqlTask,
 )
-from honing.tasks.sqlcheck import check_references
 
 CODE_TIMEOUT_S = 10.0
 
@@ -130,11 +127,6 @@ async def check_code(tasks: Sequence[CodeTask], pool: SandboxPool) -> dict[str, 
             else:
                 out[task.id] = _verdict(reason)
     return out
-
-
-async def check_sql(tasks: Sequence[SqlTask], pool: SandboxPool) -> dict[str, ReferenceVerdict]:
-    """SQL: the reference queries run and the reference answer meets every rule."""
-    return await check_references(pool, [t for t in tasks if t.reference is not None])
 
 
 def _judged(run: JudgedRun, result: ExecResult) -> tuple[ExecResult, str | None]:

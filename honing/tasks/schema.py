@@ -1,7 +1,7 @@
 """The typed task record, one model per domain, told apart by the `domain` field.
 
-Covered: `TaskBase` and the `CodeTask` and `SqlTask` of domains not yet in a package of their own
-(math's and tools' are in `honing.domains.<name>.task`), with their fields; every task has `domain`,
+Covered: `TaskBase` and the `CodeTask` of the code domain, not yet in a package of its own (the
+other domains' are in `honing.domains.<name>.task`), with their fields; every task has `domain`,
 `id`, `prompt`, `tags`, an optional `reference` and free `metadata`, and an unknown field is an
 error that names it. The union of every registered domain's model is
 `honing.tasks.domains.task_adapter()`. docs/tasks.md ("One example per domain", "The modules in
@@ -11,7 +11,6 @@ references (`honing.tasks.quality`).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Literal
@@ -21,7 +20,6 @@ from pydantic import (
     ConfigDict,
     Field,
     field_validator,
-    model_validator,
 )
 
 
@@ -81,84 +79,3 @@ class CodeTask(TaskBase):
     def repair(self) -> bool:
         """The task ships the solution to fix (`files` holds solution.py)."""
         return CODE_SOLUTION in self.files
-
-
-class AnswerRule(BaseModel):
-    """One check of a sql task's answer (judged by `honing.tasks.sqlcheck`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["numeric", "mentions", "traceable", "consistent"] = Field(
-        description="numeric: the answer's number equals the number of the task's `answer` within "
-        "`tolerance`; mentions: the answer names `text` (e.g. the id of an anomalous row) and none "
-        "of `excludes`; traceable: the answer shows a SQL query over the tables that yields its "
-        "number; consistent: each of `queries` (e.g. a total from two tables) yields the answer's "
-        "number, so the answer reconciles across tables."
-    )
-    tolerance: float = Field(
-        0.0, ge=0, description="Relative tolerance of numeric, traceable and consistent rules; "
-        "0 means equal up to float rounding."
-    )  # fmt: skip
-    text: str | None = Field(None, min_length=1, description="mentions: what must be named.")
-    excludes: list[str] = Field(
-        default_factory=list,
-        description="mentions: what must not be named (e.g. the ids of the normal rows, so that "
-        "an answer listing every row does not pass).",
-    )
-    queries: list[str] = Field(
-        default_factory=list, description="consistent: SQL queries, each yielding one value."
-    )
-
-    @model_validator(mode="after")
-    def _fields_fit_the_kind(self) -> AnswerRule:
-        if (self.kind == "mentions") != (self.text is not None):
-            raise ValueError("`text` is required by mentions rules, and only allowed there")
-        if self.excludes and self.kind != "mentions":
-            raise ValueError("`excludes` applies to mentions rules only")
-        if self.kind == "mentions" and self.tolerance:
-            raise ValueError("`tolerance` does not apply to mentions rules")
-        if (self.kind == "consistent") != bool(self.queries):
-            raise ValueError("`queries` is required by consistent rules, and only allowed there")
-        if self.kind == "consistent" and len(self.queries) < 2:
-            raise ValueError("a consistent rule compares at least two `queries`")
-        return self
-
-
-TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-
-
-class SqlTask(TaskBase):
-    domain: Literal["sql"] = "sql"
-    tables: dict[str, str] = Field(
-        min_length=1,
-        description="Table name (a SQL identifier) → CSV text, or the path/URL of a .csv, "
-        ".csv.gz or .parquet file (a relative path is read from the current directory).",
-    )
-    answer: str = Field(min_length=1, description="The expected final answer.")
-    rules: list[AnswerRule] = Field(
-        default_factory=lambda: [AnswerRule(kind="numeric")],
-        min_length=1,
-        description="How an answer is judged; by default its number must equal `answer`'s.",
-    )
-
-    @field_validator("tables")
-    @classmethod
-    def _tables_are_named_and_filled(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, source in value.items():
-            if not TABLE_NAME.match(name):
-                raise ValueError(
-                    f"table name {name!r} is not a SQL identifier ([A-Za-z_][A-Za-z0-9_]*)"
-                )
-            if not source.strip():
-                raise ValueError(f"table {name!r} is empty")
-        return value
-
-    @model_validator(mode="after")
-    def _numeric_rules_have_a_number(self) -> SqlTask:
-        from honing.tasks.sqlcheck import answer_number  # the one definition of "the number"
-
-        if any(r.kind == "numeric" for r in self.rules) and answer_number(self.answer) is None:
-            raise ValueError(
-                f"answer {self.answer!r} states no number, but a numeric rule needs one"
-            )
-        return self

@@ -26,6 +26,7 @@ from honing.domains.finance.generate import generate_finance_tasks
 from honing.domains.finance.task import FinanceTask
 from honing.domains.math import judge as mathcheck
 from honing.domains.math.task import MathTask
+from honing.domains.sql.task import SqlTask
 from honing.domains.structure.generate import generate_structure_tasks
 from honing.domains.structure.runtime import kernel_pool
 from honing.domains.structure.task import StructureTask
@@ -33,11 +34,11 @@ from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, EnvConfig, FailureReason, MalformedAction, StepResult, ToolCall
 from honing.envs import code as code_env
 from honing.envs.kits import calculator as calc_kit
+from honing.envs.kits.duckdb_runner import duckdb_pool
 from honing.envs.registry import make_env
 from honing.sandbox import SandboxPool
-from honing.tasks import CodeTask, SqlTask
+from honing.tasks import CodeTask
 from honing.tasks.load import AnyTask
-from honing.tasks.sqlcheck import duckdb_pool
 
 R = FailureReason
 # The model's failures, and the limits of its turn: never infrastructure.

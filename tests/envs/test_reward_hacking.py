@@ -19,6 +19,8 @@ from honing.domains.finance.generate import generate_finance_tasks
 from honing.domains.finance.task import FinanceTask
 from honing.domains.math.env import MathEnv
 from honing.domains.math.task import MathTask
+from honing.domains.sql.env import SqlEnv
+from honing.domains.sql.task import SqlTask
 from honing.domains.structure import runtime as structure_runtime
 from honing.domains.structure.env import StructureEnv
 from honing.domains.structure.generate import generate_structure_tasks
@@ -27,9 +29,8 @@ from honing.domains.tools.env import ToolsEnv
 from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, CodeEnv, EnvConfig, FailureReason, ToolCall
 from honing.envs.base import Environment, StepResult
-from honing.envs.sql import SqlEnv
 from honing.sandbox import ExecRequest, SandboxPool
-from honing.tasks import CodeTask, SqlTask, load_tasks
+from honing.tasks import CodeTask, load_tasks
 from honing.tasks.load import AnyTask
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

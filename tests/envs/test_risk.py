@@ -18,14 +18,15 @@ from honing.domains.finance.task import FinanceTask
 from honing.domains.math.env import MathEnv
 from honing.domains.math.judge import checker_pool
 from honing.domains.math.task import MathTask
+from honing.domains.sql.env import SqlEnv
+from honing.domains.sql.task import SqlTask
 from honing.domains.tools.env import ToolsEnv
 from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, EnvConfig, FailureReason, StepResult, ToolCall
 from honing.envs.code import CodeEnv, is_test_path
-from honing.envs.sql import SqlEnv
+from honing.envs.kits.duckdb_runner import duckdb_pool
 from honing.sandbox import ExecRequest, ExecResult, SandboxPool
-from honing.tasks import CodeTask, SqlTask, load_tasks
-from honing.tasks.sqlcheck import duckdb_pool
+from honing.tasks import CodeTask, load_tasks
 
 ON_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")  # the tests share one pool
 PLANTED = risk.event("network", "connect 10.0.0.1:80")  # what an audit hook could report

@@ -9,14 +9,16 @@ from typing import Any
 
 import pytest
 
+from honing.domains.sql import judge as sqlcheck
+from honing.domains.sql.env import SqlEnv
+from honing.domains.sql.generate import SQL_EXAMPLES
+from honing.domains.sql.task import SqlTask
 from honing.envs import Action, EnvConfig, FailureReason
+from honing.envs.kits.duckdb_runner import duckdb_pool
 from honing.envs.registry import make_env
-from honing.envs.sql import SqlEnv
 from honing.errors import HoningError
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
-from honing.tasks import SqlTask, load_tasks, sqlcheck
-from honing.tasks.sqlcheck import duckdb_pool
-from honing.tasks.synthetic import SQL_EXAMPLES
+from honing.tasks import load_tasks
 
 INVOICES = "invoice_id,customer,total\nINV-1,Acme,100.00\nINV-2,Globex,250.50\nINV-3,Hooli,80.00\n"
 LINES = "invoice_id,qty,unit_price\nINV-1,2,50.00\nINV-2,1,200.00\nINV-2,1,40.50\nINV-3,4,20.00\n"

@@ -10,6 +10,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from honing.domains.sql.answers import Number, answer_number, numbers, sql_snippets
+from honing.domains.sql.generate import SQL_EXAMPLES, generate_sql_tasks
+from honing.domains.sql.judge import check_rules, close, mentions, reference_answer, states
+from honing.domains.sql.task import AnswerRule, SqlTask
+from honing.envs.kits.duckdb_runner import QueryResult, duckdb_pool, table_files
 from honing.sandbox import (
     ExecRequest,
     ExecResult,
@@ -19,22 +24,6 @@ from honing.sandbox import (
     SandboxPool,
 )
 from honing.tasks import TaskSet, apply_quality_filter, domains, load_tasks, verify_references
-from honing.tasks.schema import AnswerRule, SqlTask
-from honing.tasks.sqlcheck import (
-    Number,
-    QueryResult,
-    answer_number,
-    check_rules,
-    close,
-    duckdb_pool,
-    mentions,
-    numbers,
-    reference_answer,
-    sql_snippets,
-    states,
-    table_files,
-)
-from honing.tasks.synthetic import SQL_EXAMPLES, generate_sql_tasks
 
 SALES = "id,region,amount\n1,North,10.50\n2,South,20.25\n3,North,5.00\n"
 SUM_SQL = "SELECT sum(amount) FROM sales"
@@ -232,12 +221,12 @@ def test_table_files_inline_and_by_path(tmp_path: Path) -> None:
     (tmp_path / "other.csv").write_text("a\n1\n")
     task = sql_task(tables={"sales": SALES, "nums": str(tmp_path / "nums.parquet"),
                             "other": str(tmp_path / "other.csv")})  # fmt: skip
-    files = table_files(task)
+    files = table_files(task.tables)
     assert files["tables/sales.csv"] == SALES.encode()
     assert files["tables/other.csv"] == b"a\n1\n"
     assert files["tables/nums.parquet"][:4] == b"PAR1"
     with pytest.raises(ValueError, match="table 'gone': cannot read"):
-        table_files(sql_task(tables={"gone": str(tmp_path / "missing.csv")}))
+        table_files(sql_task(tables={"gone": str(tmp_path / "missing.csv")}).tables)
 
 
 # -- synthetic tasks --------------------------------------------------------------------------

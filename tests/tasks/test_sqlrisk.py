@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from honing import risk
-from honing.tasks.sqlrisk import assess, sql_risks
+from honing.envs.kits.sqlrisk import assess, sql_risks
 
 TABLES = {"ledger", "Invoices"}  # as a task names them: any case
 

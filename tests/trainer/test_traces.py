@@ -14,6 +14,7 @@ import pytest_asyncio
 from honing.domains.math.generate import generate_math_tasks
 from honing.domains.math.task import MathTask
 from honing.domains.math.traces import _evaluate, arithmetic_expression
+from honing.domains.sql.generate import generate_sql_tasks
 from honing.domains.tools.generate import generate_tools_tasks
 from honing.envs.base import Action, ToolCall
 from honing.envs.registry import make_env
@@ -25,11 +26,7 @@ from honing.rollout.models import load_tokenizer
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
 from honing.tasks.schema import CODE_SOLUTION, CodeTask
-from honing.tasks.synthetic import (
-    generate_code_repair_tasks,
-    generate_code_tasks,
-    generate_sql_tasks,
-)
+from honing.tasks.synthetic import generate_code_repair_tasks, generate_code_tasks
 from honing.trainer.sft import ChatExample, load_chat_data, tokenize_example
 from honing.trainer.traces import (
     Trace,

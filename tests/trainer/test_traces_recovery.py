@@ -23,17 +23,17 @@ from pydantic import ValidationError
 import honing.domains.sql
 import honing.domains.tools  # noqa: F401  (both register their domains)
 from honing.domains.math.generate import generate_math_tasks
+from honing.domains.sql.env import unquoted_slip
+from honing.domains.sql.generate import generate_sql_tasks
 from honing.domains.tools.env import tools_slip
 from honing.domains.tools.generate import generate_tools_tasks
 from honing.envs import Action, ToolCall
-from honing.envs.sql import unquoted_slip
 from honing.errors import ConfigError
 from honing.rollout.chat import ChatFormat
 from honing.rollout.models import load_tokenizer
 from honing.sandbox import SandboxPool
 from honing.tasks import domains
 from honing.tasks.load import AnyTask
-from honing.tasks.synthetic import generate_sql_tasks
 from honing.trainer.run_config import WarmStart
 from honing.trainer.sft import parse_example, tokenize_example
 from honing.trainer.traces import recovery_choice, reference_traces, trace_budget

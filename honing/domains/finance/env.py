@@ -7,7 +7,7 @@ and `answer` (a value or items, citations, a calculation; ends the episode; a re
 ```json block holds its arguments counts as one); the reward components outcome, cited_ok,
 checked (the cited figures were read or queried before the answer), well_formed, and query_ok /
 tool_ok per step; risk events: a query's statements against the documents' tables
-(`honing.tasks.sqlrisk`, as in the sql domain) and what the sandbox saw a query or calculator
+(`honing.envs.kits.sqlrisk`, as in the sql domain) and what the sandbox saw a query or calculator
 run do. The judge (`honing.domains.finance.judge`) reads the documents themselves, never
 the model's database, in process: whatever it fails on is the answer's failure
 (`checker_rejected`). A sandbox or DuckDB failure is an infrastructure failure (`sandbox_error`,
@@ -50,12 +50,11 @@ from honing.envs.base import (
     untrusted_json,
 )
 from honing.envs.kits.calculator import calculate
-from honing.envs.sql import RUN_FAILURE
+from honing.envs.kits.duckdb_runner import RUN_FAILURE, RunProblem, SqlRun, duckdb_pool, parse_run
+from honing.envs.kits.sqlrisk import sql_risks
 from honing.errors import HoningError, RuntimeBuildError, SandboxError
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
-from honing.tasks.sqlcheck import RunProblem, SqlRun, duckdb_pool, parse_run
-from honing.tasks.sqlrisk import sql_risks
 
 PAGE_SIZE = 40  # lines of a page, unless `read` asks for another size
 PAGE_SIZES = (5, 200)

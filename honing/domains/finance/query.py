@@ -1,7 +1,7 @@
 """Running DuckDB SQL over a finance task's tables, in the sandbox.
 
     request = query_request(create_sql(documents), [sql], memory_mb=256)
-    run = parse_run(await (await duckdb_pool(pool)).run(request))    # honing.tasks.sqlcheck
+    run = parse_run(await (await duckdb_pool(pool)).run(request))    # kits.duckdb_runner
 
 Each run builds a fresh in-memory database from the documents' tables (`docs.create_sql`: typed
 columns and literal rows, no CSV sniffing), then locks DuckDB's external access and runs the
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 
+from honing.envs.kits.duckdb_runner import COUNT_CAP, MAX_ROWS, QUERY_RUNNER, TIMEOUT_S
 from honing.sandbox import ExecRequest
-from honing.tasks.sqlcheck import COUNT_CAP, MAX_ROWS, QUERY_RUNNER, TIMEOUT_S
 
 # The sandboxed program: the sql harness's query runner, on a database built from the documents.
 HARNESS = (

@@ -4,9 +4,7 @@
     repair   generate_code_repair_tasks(n, seed)   a code family's function with one token broken;
                                                    phrasings="heldout" words about half as
                                                    training never does
-    sql      generate_sql_tasks(n, seed)           small financial tables with a known answer;
-                                                   phrasings="heldout" as for repair
-    (math's and tools' generators are their domains': `honing.domains.<name>.generate`)
+    (the other domains' generators are theirs: `honing.domains.<name>.generate`)
     common   what the domains share: `generate`, tags and metadata, held-out wordings,
              `as_taskset`
 
@@ -25,11 +23,9 @@ from honing.tasks.synthetic.common import (
     as_taskset,
 )
 from honing.tasks.synthetic.repair import generate_code_repair_tasks
-from honing.tasks.synthetic.sql import SQL_EXAMPLES, generate_sql_tasks
 
 __all__ = [
     "CODE_FAMILIES",
-    "SQL_EXAMPLES",
     "TWO_DIGITS",
     "UNSEEN_SHARE",
     "UNSEEN_TAG",
@@ -38,5 +34,4 @@ __all__ = [
     "as_taskset",
     "generate_code_repair_tasks",
     "generate_code_tasks",
-    "generate_sql_tasks",
 ]

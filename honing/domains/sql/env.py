@@ -2,13 +2,14 @@
 
 Covered: the tools (`list_tables`, `query`, `answer`, and a reply without a call read as one of
 them), the slip of a recovery trace (`unquoted_slip`), the workspace (the task's tables and the
-episode's DuckDB database, snapshotted by `checkpoint`/`rollback`), the reward components
-(outcome, rules_passed, query_ok, well_formed) and the DuckDB sibling of the shared pool
-(`duckdb_pool`) the queries run in; the risk events of a query (`honing.tasks.sqlrisk`: what its
-statements do to the task's tables, followed through renames) and of every run of the model's
-SQL (the sandbox's); docs/envs.md ("Domains", "Verdicts", "Risk") has the details. The answer is
-judged by the task's rules (`honing.tasks.sqlcheck`) on a fresh copy of the tables: what the
-model did to its database does not count. Not covered: the judge itself (`honing.tasks.sqlcheck`).
+episode's DuckDB database, snapshotted by `checkpoint`/`rollback`), the reward components (outcome,
+rules_passed, query_ok, well_formed) and the DuckDB sibling of the shared pool (`duckdb_pool`) the
+queries run in; the risk events of a query (`honing.envs.kits.sqlrisk`: what its statements do to
+the task's tables, followed through renames) and of every run of the model's SQL (the sandbox's);
+docs/envs.md ("Domains", "Verdicts", "Risk") has the details. The answer is judged by the task's
+rules (`honing.domains.sql.judge`) on a fresh copy of the tables: what the model did to its database
+does not count. Not covered: the judge itself (`honing.domains.sql.judge`) and the DuckDB runner
+(`honing.envs.kits.duckdb_runner`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+from honing.domains.sql.judge import judge_answer, reference_answer
+from honing.domains.sql.task import SqlTask
 from honing.envs.base import (
     Action,
     CallOutcome,
@@ -28,23 +31,21 @@ from honing.envs.base import (
     malformed,
     tool_schema,
 )
-from honing.errors import HoningError
-from honing.sandbox import SandboxPool, Workspace
-from honing.tasks.load import AnyTask
-from honing.tasks.schema import SqlTask
-from honing.tasks.sqlcheck import (
+from honing.envs.kits.duckdb_runner import (
+    RUN_FAILURE,
     WORKSPACE_DB,
     RunProblem,
     SqlRun,
     duckdb_pool,
-    judge_answer,
     parse_run,
     query_request,
-    reference_answer,
     table_files,
     table_path,
 )
-from honing.tasks.sqlrisk import assess
+from honing.envs.kits.sqlrisk import assess
+from honing.errors import HoningError
+from honing.sandbox import SandboxPool, Workspace
+from honing.tasks.load import AnyTask
 
 MAX_CHARS = 8000  # of one tool result shown to the model
 ANSWER_LINE = re.compile(r"^\s*(?:final\s+)?answer\s*[:=]", re.I | re.M)
@@ -59,17 +60,6 @@ TOOLS = [
     tool_schema("answer", "Submit the final answer and end the episode. Start it with "
                 "`Answer: <value>`.", {"text": {"type": "string"}}, ["text"]),
 ]  # fmt: skip
-
-# A failed run that is not the model's doing is infrastructure; the rest are its query's.
-RUN_FAILURE = {
-    RunProblem.SANDBOX: FailureReason.SANDBOX_ERROR,
-    RunProblem.HARNESS: FailureReason.VERIFIER_CRASH,
-    RunProblem.HOST: FailureReason.VERIFIER_CRASH,
-    RunProblem.TABLES: FailureReason.VERIFIER_CRASH,
-    RunProblem.TIMEOUT: FailureReason.SANDBOX_TIMEOUT,
-    RunProblem.MEMORY: FailureReason.MEMORY_LIMIT,
-    RunProblem.KILLED: FailureReason.TOOL_ERROR,
-}
 
 
 class SqlEnv(Environment):
@@ -98,7 +88,7 @@ class SqlEnv(Environment):
         assert isinstance(task, SqlTask) and self.state is not None
         await self.close()  # the last episode's workspace
         try:
-            self._files = table_files(task)
+            self._files = table_files(task.tables)
         except ValueError as exc:
             raise HoningError(f"task {task.id}: {exc}") from exc
         self._layout = {name: table_path(name, source) for name, source in task.tables.items()}

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from honing.tasks.schema import AnswerRule, SqlTask
+from honing.domains.sql.task import AnswerRule, SqlTask
 from honing.tasks.synthetic.common import (
     UNSEEN_TAG,
     Phrasings,
@@ -33,7 +33,7 @@ from honing.tasks.synthetic.common import (
     phrase,
 )
 
-SQL_EXAMPLES = Path(__file__).parents[1] / "data" / "sql_examples.jsonl"
+SQL_EXAMPLES = Path(__file__).parent / "data" / "examples.jsonl"
 
 REGIONS = ["North", "South", "East", "West", "Central", "Coastal", "Highlands", "Metro"]
 PRODUCTS = ["Licences", "Services", "Support", "Hardware", "Training", "Consulting"]
