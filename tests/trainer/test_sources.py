@@ -43,7 +43,7 @@ def test_phrasings_is_refused_where_it_means_nothing() -> None:
 
 
 def test_a_source_without_count_or_seed_is_the_builtin_set() -> None:
-    from honing.tasks.domains import builtin_sets
+    from honing.tasks.load import builtin_sets
 
     source = TaskSource(tasks="synthetic-math")
     heldout = load_source("math", source, heldout=True)

@@ -5,8 +5,8 @@
                                                    phrasings="heldout" words about half as
                                                    training never does
     (the other domains' generators are theirs: `honing.domains.<name>.generate`)
-    common   what the domains share: `generate`, tags and metadata, held-out wordings,
-             `as_taskset`
+    common   what the domains share: `generate`, tags and metadata, held-out wordings
+    (`as_taskset`, typed tasks as a validated set, is `honing.tasks.load`'s)
 
 The same `(n, seed)` gives the same tasks with the same ids on any machine; every task has a
 reference whose expected values are computed here, independently of the environments (tasks do
@@ -14,13 +14,13 @@ not import `honing.envs`). docs/tasks.md ("The modules in detail") has the rest.
 checking the references (the tests run them through the real environments).
 """
 
+from honing.tasks.load import as_taskset
 from honing.tasks.synthetic.code import CODE_FAMILIES, WORDS, generate_code_tasks
 from honing.tasks.synthetic.common import (
     TWO_DIGITS,
     UNSEEN_SHARE,
     UNSEEN_TAG,
     Phrasings,
-    as_taskset,
 )
 from honing.tasks.synthetic.repair import generate_code_repair_tasks
 

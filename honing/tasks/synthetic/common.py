@@ -1,6 +1,6 @@
 """What the synthetic domains share: drawing `n` distinct tasks from families in turn, the
 tags and metadata every task carries, the held-out phrasings (`Wording`, `phrase`,
-`UNSEEN_TAG`) and `as_taskset`.
+`UNSEEN_TAG`).
 
 The random stream of a domain is seeded by `honing.tasks.synthetic/<domain>/<seed>`, a string
 kept as it was when everything lived in one module: changing it would change every task.
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, get_args
 
-from honing.tasks.load import AnyTask, TaskSet, question_key, tasks_from_rows
+from honing.tasks.load import AnyTask, question_key
 from honing.tasks.schema import TaskBase
 
 T = TypeVar("T", bound=TaskBase)
@@ -123,9 +123,3 @@ def family_tags(family: str, difficulty: str) -> list[str]:
 
 def family_metadata(family: str, seed: int) -> dict[str, Any]:
     return {"generator": "honing.tasks.synthetic", "family": family, "seed": seed}
-
-
-def as_taskset(name: str, tasks: Iterable[AnyTask]) -> TaskSet:
-    """Typed tasks as a `TaskSet`, through the same validation and de-duplication as files."""
-    rows = ((name, i, t.model_dump(mode="json")) for i, t in enumerate(tasks, start=1))
-    return tasks_from_rows(name, rows)
