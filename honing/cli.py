@@ -43,8 +43,7 @@ from honing.eval import POLICIES, EvalReport, Tiers, check_domains, evaluate, ma
 from honing.eval.stats import PairedGain, paired_gain
 from honing.observe.progress import EpisodeProgress, RunProgress
 from honing.sandbox import ExecRequest, ExecStatus, RuntimeStore, SandboxPool
-from honing.tasks import CodeTask, TaskSet, Verification, apply_quality_filter, load_tasks
-from honing.tasks.quality import code_program
+from honing.tasks import TaskSet, Verification, apply_quality_filter, load_tasks
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -232,7 +231,10 @@ def sandbox_humaneval(
 
 def _humaneval_programs() -> list[str]:
     """HumanEval's reference programs: each its solution, tests and check() as one program (the
-    sandbox's load; the code domain's judge, `honing.tasks.codecheck`, adds a process)."""
+    sandbox's load; the code domain's judge, `honing.domains.code.judge`, adds a process)."""
+    from honing.domains.code import CodeTask
+    from honing.domains.code.judge import code_program
+
     try:
         tasks = load_tasks("humaneval").tasks
     except HoningError as exc:

@@ -79,14 +79,22 @@ def module_of(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
 
 
+# Imports of a domain from outside it that wait for the CLI to get thin (issue 39); the set may
+# only shrink.
+KNOWN_DOMAIN_IMPORTS = {
+    "honing/cli.py": {"honing.domains.code", "honing.domains.code.judge"},  # sandbox humaneval
+}
+
+
 def test_a_domain_package_is_imported_only_by_itself_and_the_domains_index() -> None:
     """Nothing in honing outside `honing/domains/<name>/` imports that domain (the registry finds
     it through `honing.domains`, which imports every built-in domain), and domain packages do not
     import each other. Checked by hand to fail: `from honing.domains.math.task import MathTask`
     planted in honing/envs/tools.py, and in honing/domains/sql.py."""
     packages = domain_packages()
-    assert "math" in packages
+    assert {"code", "finance", "math", "sql", "structure", "tools"} <= set(packages)
     wrong = []
+    allowed = {f: set(m) for f, m in KNOWN_DOMAIN_IMPORTS.items()}
     for path in sorted(PACKAGE.rglob("*.py")):
         module = module_of(path)
         if module == "honing.domains":
@@ -96,8 +104,14 @@ def test_a_domain_package_is_imported_only_by_itself_and_the_domains_index() -> 
                 home = f"honing.domains.{name}"
                 inside = module == home or module.startswith(home + ".")
                 if (target == home or target.startswith(home + ".")) and not inside:
-                    wrong.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
+                    known = allowed.get(str(path.relative_to(ROOT)), set())
+                    if target in known:
+                        known.discard(target)
+                    else:
+                        wrong.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
     assert not wrong, "only a domain's own package imports it:\n" + "\n".join(wrong)
+    gone = {f: m for f, m in allowed.items() if m}
+    assert not gone, f"take these out of KNOWN_DOMAIN_IMPORTS, they are gone: {gone}"
 
 
 def test_a_domains_task_and_generator_do_not_import_its_environment() -> None:

@@ -1,11 +1,8 @@
-"""Environments: the async contract (`base`), the tools several domains share (`kits`), and the
-environments of the domains not yet in a package of their own.
-
-Covered: the contract (actions, observations, named rewards, failure taxonomy, task state, limits,
-checkpoint/rollback) and the `code` environment (the other domains' are in
-`honing.domains.<name>.env`); `registry` maps a domain to its environment; `verifiers` versions each
-domain's scoring code (for re-scores). Not covered here: the agent loop that turns a model's text
-into actions (the rollout layer).
+"""Environments: the async contract (`base`), the registry of each domain's environment
+(`registry`), the version of each domain's scoring code (`verifiers`, for re-scores) and the tools
+several domains share (`kits`: the calculator, the stated answer, the DuckDB runner, the risk of
+SQL statements). Each domain's own environment is in its package (`honing.domains.<name>.env`).
+Not covered here: the agent loop that turns a model's text into actions (the rollout layer).
 """
 
 from honing.envs.base import (
@@ -21,11 +18,9 @@ from honing.envs.base import (
     ToolCall,
     ToolResult,
 )
-from honing.envs.code import CodeEnv
 
 __all__ = [
     "Action",
-    "CodeEnv",
     "EnvConfig",
     "Environment",
     "FailureReason",

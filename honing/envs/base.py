@@ -1,6 +1,6 @@
 """The environment contract: async, gym-like, with typed actions, observations and rewards.
 
-    env = CodeEnv(pool, EnvConfig())
+    env = make_env(task.domain, pool, EnvConfig())   # honing.envs.registry
     obs = await env.reset(task)                 # Observation: text for the model + tool schemas
     result = await env.step(Action(...))        # StepResult: observation, reward, done, info
     token = await env.checkpoint(); ...; await env.rollback(token)

@@ -83,17 +83,8 @@ from honing.rollout.agent import (
 )
 from honing.rollout.chat import Message
 from honing.rollout.engines.base import Engine, Generation, Prompt, SamplingParams, WeightUpdate
+from honing.tasks import domains
 from honing.tasks.load import AnyTask
-
-# What submits in each built-in domain (besides any action that ends the episode).
-SUBMIT_TOOLS: dict[str, tuple[str, ...]] = {
-    "code": ("run_tests",),
-    "sql": ("answer",),
-    "finance": ("answer",),
-    "math": ("answer",),
-    "tools": ("answer",),
-    "structure": ("submit",),
-}
 
 PROMPTS = {
     "analyst": (
@@ -219,7 +210,8 @@ class TeamConfig(StrictModel):
         "episode (that answer may carry the judge's verdict, and alone there is no next turn).",
     )
     submit_tools: list[str] | None = Field(
-        None, description="Tools whose calls are submissions; None: the domain's (SUBMIT_TOOLS)."
+        None,
+        description="Tools whose calls are submissions; None: the domain's (Domain.submit_tools).",
     )
     rewards: TeamRewards = TeamRewards()
     adapters: Literal["shared", "per_role"] = Field(
@@ -249,9 +241,12 @@ class TeamConfig(StrictModel):
         return next((r for r in self.roles if r.kind == kind), None)
 
     def submits(self, domain: str) -> tuple[str, ...]:
-        return tuple(self.submit_tools) if self.submit_tools is not None else (
-            SUBMIT_TOOLS.get(domain, ())
-        )  # fmt: skip
+        """The tools whose calls submit: the team's own, else the domain's (`Domain.submit_tools`;
+        none for a domain the registry does not know)."""
+        if self.submit_tools is not None:
+            return tuple(self.submit_tools)
+        known = domains.registry().get(domain)
+        return known.submit_tools if known is not None else ()
 
 
 class RoleEngines:
@@ -850,7 +845,6 @@ def _short(text: str, limit: int) -> str:
 
 
 __all__ = [
-    "SUBMIT_TOOLS",
     "CheckCall",
     "Conversation",
     "Review",

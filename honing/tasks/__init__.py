@@ -1,6 +1,6 @@
 """Tasks: the typed record, loading from files/URLs/built-ins, versions, shards, quality filter.
 
-Covered: the domain registry (`honing.tasks.domains`) and the built-in domains' schemas; JSONL,
+Covered: the domain registry (`honing.tasks.domains`) and the task base record; JSONL,
 Parquet and saved `datasets` directories, local or through fsspec; content versions;
 deterministic shards; validation, de-duplication and reference verification with quarantine.
 Not covered here: environments (`honing.envs`) and the domain modules that register them
@@ -9,24 +9,14 @@ Not covered here: environments (`honing.envs`) and the domain modules that regis
 
 from honing.tasks.load import Quarantined, TaskSet, load_tasks, read_rows, tasks_from_rows
 from honing.tasks.quality import Verification, apply_quality_filter, verify_references
-from honing.tasks.schema import (
-    CodeTask,
-    TaskBase,
-)
-from honing.tasks.synthetic import (
-    generate_code_repair_tasks,
-    generate_code_tasks,
-)
+from honing.tasks.schema import TaskBase
 
 __all__ = [
-    "CodeTask",
     "Quarantined",
     "TaskBase",
     "TaskSet",
     "Verification",
     "apply_quality_filter",
-    "generate_code_repair_tasks",
-    "generate_code_tasks",
     "load_tasks",
     "read_rows",
     "tasks_from_rows",

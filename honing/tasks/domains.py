@@ -78,6 +78,15 @@ class Domain:
     # task). The warm start plays it, masked from the loss, then the reference: a second trace
     # of the task, beside its own (`warm_start.recovery_share`).
     slip: Callable[[Any, list[Any]], Any | None] | None = None
+    # Teams: the tools whose calls submit the work for review (besides any action that ends the
+    # episode); a team's `submit_tools` overrides them.
+    submit_tools: tuple[str, ...] = ()
+    # Team traces: (task, the reference's submitting action) -> plausible wrong versions of it,
+    # most plausible first, for the validator to reject (None: a numeric answer one off, if any).
+    wrong_submissions: Callable[[Any, Any], list[Any]] | None = None
+    # Team traces: (task, a submitting action) -> one sentence on what it changes, the reason in
+    # the scripted validator's verdict (None: "It submits the result shown.").
+    describe_submission: Callable[[Any, Any], str] | None = None
     description: str = ""
 
 

@@ -10,21 +10,13 @@ of domains in a package of their own (`honing.domains.<name>.judge`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import honing.tasks.domains as domains
 from honing.errors import ConfigError
-from honing.sandbox import ExecResult, ExecStatus, SandboxPool
-from honing.tasks.codecheck import JudgedRun, judged_run, run_files
+from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask, Quarantined, TaskSet
-from honing.tasks.schema import (
-    CODE_SOLUTION,
-    CodeTask,
-    ReferenceVerdict,
-)
-
-CODE_TIMEOUT_S = 10.0
+from honing.tasks.schema import ReferenceVerdict
 
 
 @dataclass
@@ -35,19 +27,6 @@ class Verification:
     failed: list[Quarantined] = field(default_factory=list)
     unverified: list[tuple[AnyTask, str]] = field(default_factory=list)
     without_reference: list[AnyTask] = field(default_factory=list)
-
-
-def code_program(task: CodeTask, solution: str) -> str:
-    """`solution`, the tests and `check(entry_point)` as one program (HumanEval's layout: the
-    sandbox benchmark's load). Not a judge: a program that exits early passes it."""
-    program = f"{solution}\n\n{task.tests}\n"
-    if "def check(" in task.tests:
-        program += f"\ncheck({task.entry_point})\n"
-    return program
-
-
-def _code_run(task: CodeTask, solution: str) -> JudgedRun:
-    return judged_run(task, run_files(task, {CODE_SOLUTION: solution}), CODE_TIMEOUT_S)
 
 
 async def verify_references(
@@ -93,57 +72,6 @@ async def verify_references(
             out.failed.append(Quarantined(source, line, task.id, "reference", verdict.reason,
                                           task.model_dump(mode="json")))  # fmt: skip
     return out
-
-
-def _verdict(reason: str | None) -> ReferenceVerdict:
-    return ReferenceVerdict("passed") if reason is None else ReferenceVerdict("failed", reason)
-
-
-async def check_code(tasks: Sequence[CodeTask], pool: SandboxPool) -> dict[str, ReferenceVerdict]:
-    """Code: the reference judged as the environment judges the model; a repair task's starting
-    solution.py must fail its tests (checked with or without a reference)."""
-    code = [t for t in tasks if t.reference is not None]
-    starters = [t for t in tasks if t.repair]
-    runs = [
-        *(_code_run(t, t.reference or "") for t in code),
-        *(_code_run(t, t.files[CODE_SOLUTION]) for t in starters),
-    ]
-    results = await pool.run_many([r.request for r in runs])
-    judged = [_judged(run, result) for run, result in zip(runs, results, strict=True)]
-    by_id = dict(zip([t.id for t in code], judged[: len(code)], strict=True))
-    starter_by_id = dict(zip([t.id for t in starters], judged[len(code) :], strict=True))
-    out: dict[str, ReferenceVerdict] = {}
-    for task in tasks:
-        starter = starter_by_id.get(task.id)
-        if starter is not None and starter[1] is None:
-            passes = f"the starting {CODE_SOLUTION} already passes its tests: nothing to fix"
-            out[task.id] = ReferenceVerdict("failed", passes)
-        elif task.id in by_id:
-            reference, reason = by_id[task.id]
-            broken = [r for r in (reference, starter and starter[0])
-                      if r is not None and r.status is ExecStatus.SANDBOX_ERROR]  # fmt: skip
-            if broken:
-                out[task.id] = ReferenceVerdict("unverified", f"sandbox error: {broken[0].error}")
-            else:
-                out[task.id] = _verdict(reason)
-    return out
-
-
-def _judged(run: JudgedRun, result: ExecResult) -> tuple[ExecResult, str | None]:
-    """(the run, None) when the solution passed every test, else (the run, why not)."""
-    if result.status is not ExecStatus.OK:
-        last = (result.stderr.strip().splitlines() or [""])[-1]
-        why = f"reference fails its tests ({result.status.value}): {last or result.error}"
-        return result, why[:500]
-    verdict = run.verdict(result)
-    if verdict is None:
-        return result, "reference fails its tests: the judge gave no verdict"
-    if verdict.passed_all:
-        return result, None
-    why = "; ".join(verdict.tampering) if verdict.tampering else "; ".join(verdict.errors[:2])
-    said = f"{verdict.passed}/{verdict.total} passed; " + ("tampering: " if verdict.tampering
-                                                           else "first error: ")  # fmt: skip
-    return result, f"reference fails its tests ({said}{why})"[:500]
 
 
 async def apply_quality_filter(taskset: TaskSet, pool: SandboxPool) -> tuple[TaskSet, Verification]:

@@ -10,10 +10,11 @@ script of its own:
   - the analyst writes `reference_plan`: the reference's steps as tool names (never the answer);
   - the executor plays the task's reference actions, as `honing.trainer.traces` does;
   - the validator answers each submission with the verifier's verdict on it: ACCEPT on the
-    reference, REJECT: why on a wrong one (`validator_reply`, which names the change it sees).
+    reference, REJECT: why on a wrong one (`validator_reply`, with the domain's description of the
+    submission: `describe_submission`).
 `reject_share` of the tasks (the ones whose id has the lowest SHA-256) first submit a wrong
-solution (`wrong_submissions`: for code, the file as it was handed over or a one-token change of
-the reference; for a numeric answer, one off); the validator rejects it and the executor then
+solution (`wrong_submissions`: the domain's own, as code's are, else for a numeric answer one
+off); the validator rejects it and the executor then
 submits the reference. The wrong submission stays in the executor's row as context only (weight
 0), so the row teaches recovering from a rejection, never the mistake. With `team.verdicts` K
 the validator gives each submission its verdict K times. Every episode must end with outcome 1,
@@ -24,14 +25,13 @@ The rows are `honing sft` rows: rendered by `honing.trainer.sft`, each gives exa
 its role's trajectory.
 
 Not covered: plans or verdicts written by a model (the scripts are templates), wrong submissions
-for domains other than code and numeric answers (their tasks play accept-only episodes), and
-validator tool checks (the scripted validator calls no tools).
+for domains that declare none and have no numeric answer (their tasks play accept-only
+episodes), and validator tool checks (the scripted validator calls no tools).
 """
 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,8 +47,8 @@ from honing.rollout.engines.base import Engine
 from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.team import Conversation, Review, RoleEngines, TeamConfig, run_team_episode
 from honing.sandbox import SandboxPool
+from honing.tasks import domains
 from honing.tasks.load import AnyTask, TaskSet
-from honing.tasks.schema import CODE_SOLUTION
 from honing.trainer.traces import (
     TraceError,
     action_text,
@@ -57,7 +57,6 @@ from honing.trainer.traces import (
     write_rows,
 )
 
-CODE_BLOCK_OPEN = "```python\n"
 TRIES = 4  # wrong submissions tried per task before one the verifier rejects is found
 
 
@@ -95,51 +94,14 @@ def reference_plan(actions: Sequence[Action], submits: Sequence[str]) -> str:
     return "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1))
 
 
-def submitted_code(action: Action) -> str | None:
-    """The code an action submits: its ```python block, or what it writes to solution.py."""
-    content = action.content
-    if CODE_BLOCK_OPEN in content:
-        body = content.split(CODE_BLOCK_OPEN, 1)[1]
-        return body.rsplit("```", 1)[0]
-    for call in action.tool_calls:
-        if call.name == "write_file" and call.arguments.get("path") == CODE_SOLUTION:
-            value = call.arguments.get("content")
-            return value if isinstance(value, str) else None
-    return None
-
-
-def with_code(action: Action, code: str) -> Action:
-    """`action` submitting `code` instead (its ```python block or its write_file content)."""
-    if CODE_BLOCK_OPEN in action.content:
-        return Action(content=f"{CODE_BLOCK_OPEN}{code}```")
-    calls = [
-        ToolCall(id=c.id, name=c.name, arguments={**c.arguments, "content": code})
-        if c.name == "write_file"
-        else c
-        for c in action.tool_calls
-    ]
-    return Action(content=action.content, tool_calls=calls)
-
-
 def wrong_submissions(task: AnyTask, submission: Action) -> list[Action]:
-    """Plausible wrong versions of the reference's submission, most plausible first: for code,
-    the file as the task handed it over (a repair submitted unchanged), then one-token changes
-    of the reference (`honing.tasks.synthetic.repair.mutations`); for an `answer` call with a
-    number, that number one off. [] when the domain has none."""
-    code = submitted_code(submission)
-    if code is not None:
-        from honing.tasks.synthetic.repair import mutations  # the code domain's own bugs
-
-        given = getattr(task, "files", {}).get(CODE_SOLUTION)
-        found = [given] if isinstance(given, str) and given.strip() != code.strip() else []
-        for mutation in mutations(code, first_line=2):
-            changed = mutation.apply(code)
-            if changed not in found and changed.strip() != code.strip():
-                found.append(changed)
-        digest = hashlib.sha256(task.id.encode()).digest()
-        if len(found) > 1 and digest[0] % 2:  # half the tasks: a changed token first
-            found = [found[1 + digest[1] % (len(found) - 1)], *found]
-        return [with_code(submission, c) for c in found]
+    """Plausible wrong versions of the reference's submission, most plausible first: the
+    domain's own (`Domain.wrong_submissions`: code's are the file as the task handed it over and
+    one-token changes of the reference), else, for an `answer` call with a number, that number
+    one off. [] when there is none."""
+    own = domains.get(task.domain).wrong_submissions
+    if own is not None:
+        return list(own(task, submission))
     for call in submission.tool_calls:
         value = call.arguments.get("value", call.arguments.get("answer"))
         try:
@@ -154,47 +116,12 @@ def wrong_submissions(task: AnyTask, submission: Action) -> list[Action]:
     return []
 
 
-def describe_change(before: str | None, after: str | None) -> str:
-    """One sentence on what a code submission changes against the file it started from."""
-    if before is None or after is None:
-        return "It submits the result shown."
-    old, new = before.strip().splitlines(), after.strip().splitlines()
-    if old == new:
-        return f"It submits {CODE_SOLUTION} unchanged."
-    for i, (a, b) in enumerate(zip(old, new, strict=False), 1):
-        if a != b:
-            was, now = changed_span(a.strip(), b.strip())
-            return f"It changes line {i} from `{was}` to `{now}`."
-    extra = difflib.unified_diff(old, new, lineterm="", n=0)
-    return "It changes " + " ".join(list(extra)[2:4]) + "."
-
-
-def changed_span(a: str, b: str, context: int = 8, whole: int = 40) -> tuple[str, str]:
-    """Two versions of a line, each cut to where they differ with at least `context`
-    characters around it, widened to the spaces around that ("…" marks a cut), when either is
-    longer than `whole`; else both whole. A long line would make the validator's reply longer
-    than its turn, and its verdict comes last.
-
-    >>> changed_span("return [x for x in values if x > limit and x % 2 == 0 or x is None]",
-    ...              "return [x for x in values if x >= limit and x % 2 == 0 or x is None]")
-    ('…values if x > limit and…', '…values if x >= limit and…')
-    """
-    if max(len(a), len(b)) <= whole:
-        return a, b
-    prefix = 0
-    while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
-        prefix += 1
-    suffix = 0
-    while suffix < min(len(a), len(b)) - prefix and a[-1 - suffix] == b[-1 - suffix]:
-        suffix += 1
-    start = a.rfind(" ", 0, max(0, prefix - context)) + 1  # 0 when there is no space before
-
-    def cut(line: str) -> str:
-        end = line.find(" ", min(len(line), len(line) - suffix + context))
-        end = len(line) if end < 0 else end
-        return ("…" if start else "") + line[start:end] + ("…" if end < len(line) else "")
-
-    return cut(a), cut(b)
+def describe_submission(task: AnyTask, action: Action) -> str:
+    """One sentence on what `action` submits, the reason in the scripted validator's verdict: the
+    domain's own (`Domain.describe_submission`: code's names the line it changes), else "It
+    submits the result shown."."""
+    own = domains.get(task.domain).describe_submission
+    return own(task, action) if own is not None else "It submits the result shown."
 
 
 def validator_reply(change: str, good: bool) -> str:
@@ -270,12 +197,11 @@ async def _play(
     submits: tuple[str, ...],
     env_config: EnvConfig | None,
 ) -> TeamTrace:
-    start = getattr(task, "files", {}).get(CODE_SOLUTION)
     executor = [*before, *([wrong] if wrong is not None else []), submission]
     verdicts = []
     if wrong is not None:
-        verdicts.append(validator_reply(describe_change(start, submitted_code(wrong)), False))
-    verdicts.append(validator_reply(describe_change(start, submitted_code(submission)), True))
+        verdicts.append(validator_reply(describe_submission(task, wrong), False))
+    verdicts.append(validator_reply(describe_submission(task, submission), True))
     scripts = {
         "executor": [action_text(a) for a in executor],
         # each review asks `team.verdicts` verdicts on the same submission, one after another

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from honing.domains.code.env import CodeEnv
+from honing.domains.code.task import CodeTask
 from honing.domains.math.task import MathTask
-from honing.envs import Action, CodeEnv, EnvConfig, FailureReason, MalformedAction
+from honing.envs import Action, EnvConfig, FailureReason, MalformedAction
 from honing.errors import HoningError
 from honing.sandbox import ExecResult, ExecStatus, SandboxPool
-from honing.tasks import CodeTask
 
 ADD = CodeTask(
     id="add",

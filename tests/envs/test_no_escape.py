@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from honing.domains.code import env as code_env
+from honing.domains.code.task import CodeTask
 from honing.domains.finance.generate import generate_finance_tasks
 from honing.domains.finance.task import FinanceTask
 from honing.domains.math import judge as mathcheck
@@ -32,12 +34,10 @@ from honing.domains.structure.runtime import kernel_pool
 from honing.domains.structure.task import StructureTask
 from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, EnvConfig, FailureReason, MalformedAction, StepResult, ToolCall
-from honing.envs import code as code_env
 from honing.envs.kits import calculator as calc_kit
 from honing.envs.kits.duckdb_runner import duckdb_pool
 from honing.envs.registry import make_env
 from honing.sandbox import SandboxPool
-from honing.tasks import CodeTask
 from honing.tasks.load import AnyTask
 
 R = FailureReason

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from honing.domains.code.env import CodeEnv
+from honing.domains.code.task import CodeTask
 from honing.domains.finance.env import FinanceEnv
 from honing.domains.finance.generate import generate_finance_tasks
 from honing.domains.finance.task import FinanceTask
@@ -27,10 +29,10 @@ from honing.domains.structure.generate import generate_structure_tasks
 from honing.domains.structure.task import StructureTask
 from honing.domains.tools.env import ToolsEnv
 from honing.domains.tools.task import ToolsTask
-from honing.envs import Action, CodeEnv, EnvConfig, FailureReason, ToolCall
+from honing.envs import Action, EnvConfig, FailureReason, ToolCall
 from honing.envs.base import Environment, StepResult
 from honing.sandbox import ExecRequest, SandboxPool
-from honing.tasks import CodeTask, load_tasks
+from honing.tasks import load_tasks
 from honing.tasks.load import AnyTask
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -13,6 +13,8 @@ from pydantic import ValidationError
 
 import honing.domains.finance  # noqa: F401  (registers the domain)
 from honing import risk
+from honing.domains.code.env import CodeEnv, is_test_path
+from honing.domains.code.task import CodeTask
 from honing.domains.finance.env import FinanceEnv
 from honing.domains.finance.task import FinanceTask
 from honing.domains.math.env import MathEnv
@@ -23,10 +25,9 @@ from honing.domains.sql.task import SqlTask
 from honing.domains.tools.env import ToolsEnv
 from honing.domains.tools.task import ToolsTask
 from honing.envs import Action, EnvConfig, FailureReason, StepResult, ToolCall
-from honing.envs.code import CodeEnv, is_test_path
 from honing.envs.kits.duckdb_runner import duckdb_pool
 from honing.sandbox import ExecRequest, ExecResult, SandboxPool
-from honing.tasks import CodeTask, load_tasks
+from honing.tasks import load_tasks
 
 ON_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")  # the tests share one pool
 PLANTED = risk.event("network", "connect 10.0.0.1:80")  # what an audit hook could report

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from honing.domains.code.task import CodeTask
 from honing.domains.math.task import MathTask
 from honing.envs import Action, EnvConfig, ToolCall
 from honing.errors import ConfigError
@@ -19,7 +20,7 @@ from honing.eval import (
     play_episodes,
 )
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
-from honing.tasks import CodeTask, TaskSet, domains
+from honing.tasks import TaskSet, domains
 
 ADD = CodeTask(
     id="add",

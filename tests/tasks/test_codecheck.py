@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from honing.domains.code.codejudge import decode, encode
+from honing.domains.code.judge import CodeVerdict, judged_run, run_files, units
+from honing.domains.code.task import CodeTask
 from honing.sandbox import ExecStatus, SandboxPool
-from honing.tasks import CodeTask
-from honing.tasks.codecheck import CodeVerdict, judged_run, run_files, units
-from honing.tasks.codejudge import decode, encode
 
 MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")
 

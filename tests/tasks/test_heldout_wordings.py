@@ -12,14 +12,15 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from honing.domains.code.repair import generate_code_repair_tasks
+from honing.domains.code.task import CodeTask
 from honing.domains.finance.generate import generate_finance_tasks
 from honing.domains.structure.generate import generate_structure_tasks
 from honing.domains.tools.generate import generate_tools_tasks
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
 from honing.tasks.quality import verify_references
-from honing.tasks.schema import CodeTask
-from honing.tasks.synthetic import UNSEEN_TAG, Phrasings, generate_code_repair_tasks
+from honing.tasks.synthetic import UNSEEN_TAG, Phrasings
 
 GENERATORS: dict[str, Callable[[int, int, Phrasings], Sequence[AnyTask]]] = {
     "tools": generate_tools_tasks,

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from honing.domains.code.task import CodeTask
 from honing.domains.math.task import MathTask
 from honing.errors import ConfigError
-from honing.tasks import CodeTask, TaskSet, domains, load_tasks, tasks_from_rows
+from honing.tasks import TaskSet, domains, load_tasks, tasks_from_rows
 
 Rows = list[dict[str, Any]]
 

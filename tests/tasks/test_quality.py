@@ -10,6 +10,7 @@ from typing import Any, Literal, cast
 
 import pytest
 
+from honing.domains.code.judge import code_program
 from honing.domains.math.judge import (
     PROGRAM,
     checker_pool,
@@ -21,7 +22,6 @@ from honing.domains.math.judge import (
 from honing.errors import ConfigError
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool
 from honing.tasks import apply_quality_filter, domains, load_tasks, verify_references
-from honing.tasks.quality import code_program
 from honing.tasks.schema import TaskBase
 
 BAD_CODE = {
@@ -266,7 +266,7 @@ async def test_a_code_reference_is_judged_as_the_environment_judges_the_model(
     pool: SandboxPool,
 ) -> None:
     """One judge for the domain: a reference that only exits with status 0 passes no test."""
-    from honing.tasks import CodeTask
+    from honing.domains.code.task import CodeTask
 
     exits = CodeTask(
         id="code/exits",

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from honing.domains.code.task import CodeTask
 from honing.domains.math.task import MathTask
-from honing.tasks import CodeTask, domains, tasks_from_rows
+from honing.tasks import domains, tasks_from_rows
 
 TASK_ADAPTER = domains.task_adapter()
 

@@ -12,6 +12,8 @@ from fractions import Fraction
 
 import pytest
 
+from honing.domains.code.generate import CODE_FAMILIES, generate_code_tasks
+from honing.domains.code.task import CodeTask
 from honing.domains.math.generate import MATH_FAMILIES, generate_math_tasks
 from honing.domains.math.task import MathTask
 from honing.domains.tools.env import UNITS, calendar, convert_units
@@ -28,9 +30,9 @@ from honing.envs.base import Action
 from honing.envs.registry import make_env
 from honing.eval.policies import NoopPolicy
 from honing.sandbox import SandboxPool
-from honing.tasks import CodeTask, apply_quality_filter, load_tasks
+from honing.tasks import apply_quality_filter, load_tasks
 from honing.tasks.load import AnyTask
-from honing.tasks.synthetic import CODE_FAMILIES, UNSEEN_TAG, as_taskset, generate_code_tasks
+from honing.tasks.synthetic import UNSEEN_TAG, as_taskset
 
 GENERATORS: dict[str, Callable[[int, int], Sequence[AnyTask]]] = {
     "code": generate_code_tasks,

@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 
 from honing.config import load_yaml_model
-from honing.sandbox import SandboxPool
-from honing.tasks import CodeTask, apply_quality_filter, load_tasks, tasks_from_rows
-from honing.tasks.schema import CODE_SOLUTION
-from honing.tasks.synthetic import CODE_FAMILIES, as_taskset
-from honing.tasks.synthetic.repair import (
+from honing.domains.code.generate import CODE_FAMILIES
+from honing.domains.code.repair import (
     LINE_BUDGET,
     fails_a_case,
     generate_code_repair_tasks,
     mutations,
     source_of,
 )
+from honing.domains.code.task import CODE_SOLUTION, CodeTask
+from honing.sandbox import SandboxPool
+from honing.tasks import apply_quality_filter, load_tasks, tasks_from_rows
+from honing.tasks.synthetic import as_taskset
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.sources import load_source
 

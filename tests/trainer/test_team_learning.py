@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import torch
 
+from honing.domains.code.task import CodeTask
 from honing.envs.base import EnvConfig
 from honing.envs.registry import make_env
 from honing.records import Group, Trajectory, by_role
@@ -42,7 +43,6 @@ from honing.rollout.models import load_tokenizer
 from honing.rollout.team import RoleEngines, TeamConfig, run_team_episode
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
-from honing.tasks.schema import CodeTask
 from honing.trainer import Learner, LearnerConfig, sync_weights
 
 ON_MODULE_LOOP = pytest.mark.asyncio(loop_scope="module")

@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from honing.domains.code.repair import generate_code_repair_tasks
+from honing.domains.code.submissions import describe_change, submitted_code
+from honing.domains.code.task import CODE_SOLUTION
 from honing.domains.math.generate import generate_math_tasks
 from honing.envs.base import Action, ToolCall
 from honing.envs.registry import make_env
@@ -21,15 +24,11 @@ from honing.rollout.models import load_tokenizer
 from honing.rollout.saved_agent import SavedAgent, load_agent
 from honing.rollout.team import Conversation, RoleEngines, TeamConfig, run_team_episode
 from honing.sandbox import SandboxPool
-from honing.tasks.schema import CODE_SOLUTION
-from honing.tasks.synthetic import generate_code_repair_tasks
 from honing.trainer.run_config import TrainConfig
 from honing.trainer.sft import ChatExample, SftDataError, load_chat_data, tokenize_example
 from honing.trainer.team_traces import (
-    describe_change,
     reference_plan,
     reject_choice,
-    submitted_code,
     team_traces,
     validator_reply,
     wrong_submissions,

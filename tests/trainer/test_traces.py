@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from honing.domains.code.generate import generate_code_tasks
+from honing.domains.code.repair import generate_code_repair_tasks
+from honing.domains.code.task import CODE_SOLUTION, CodeTask
 from honing.domains.math.generate import generate_math_tasks
 from honing.domains.math.task import MathTask
 from honing.domains.math.traces import _evaluate, arithmetic_expression
@@ -25,8 +28,6 @@ from honing.rollout.engines.scripted import ScriptedEngine
 from honing.rollout.models import load_tokenizer
 from honing.sandbox import SandboxPool
 from honing.tasks.load import AnyTask
-from honing.tasks.schema import CODE_SOLUTION, CodeTask
-from honing.tasks.synthetic import generate_code_repair_tasks, generate_code_tasks
 from honing.trainer.sft import ChatExample, load_chat_data, tokenize_example
 from honing.trainer.traces import (
     Trace,

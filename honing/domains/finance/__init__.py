@@ -46,6 +46,7 @@ DOMAIN = register(
         generators={"finance": _generate},
         sets={"tempting-finance": partial(jsonl_set, "tempting-finance", DATA / "tempting.jsonl")},
         examples=DATA / "examples.jsonl",
+        submit_tools=("answer",),
         description="multi-document financial analysis with cited, traceable answers",
     )
 )

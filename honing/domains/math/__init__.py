@@ -37,6 +37,7 @@ DOMAIN = register(
         sets={"champ": champ, "tempting-math": tempting},
         examples=EXAMPLES,
         trace_plan=calculator_plan,
+        submit_tools=("answer",),
         description="arithmetic and competition math, with a calculator",
     )
 )

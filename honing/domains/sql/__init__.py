@@ -42,6 +42,7 @@ DOMAIN = register(
             )
         },
         examples=SQL_EXAMPLES,
+        submit_tools=("answer",),
         description="financial questions answered with DuckDB queries",
         slip=unquoted_slip,
     )

@@ -38,6 +38,7 @@ DOMAIN = register(
         check=play_references(StructureEnv),
         generators={"structure": _generate},
         examples=EXAMPLES,
+        submit_tools=("submit",),
         description="3D parts and scenes with rendered feedback, checked geometrically",
     )
 )

@@ -36,6 +36,7 @@ DOMAIN = register(
         generators={"tools": _generate},
         sets={"bfcl": bfcl, "tempting-tools": tempting},
         examples=EXAMPLES,
+        submit_tools=("answer",),
         description="function calling: unit conversion, calendar, lookup, calculator",
         slip=tools_slip,
     )

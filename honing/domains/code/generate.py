@@ -4,7 +4,7 @@
                                    correct body
 
 `Function` (a function to write: signature, docstring, body, cases) and `CODE_FAMILIES` are
-shared with `honing.tasks.synthetic.repair`, which breaks one token of each body.
+shared with `honing.domains.code.repair`, which breaks one token of each body.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from honing.tasks.schema import CodeTask
+from honing.domains.code.task import CodeTask
 from honing.tasks.synthetic.common import family_metadata, family_tags, generate
 
 WORDS = (

@@ -5,7 +5,7 @@
     generate_code_repair_tasks(n, seed, phrasings="heldout")   about half worded as training
                                           never is, tagged `UNSEEN_TAG`
 
-Each task changes one token of a function of `honing.tasks.synthetic.code`'s families (a
+Each task changes one token of a function of `honing.domains.code.generate`'s families (a
 comparison, an operator, an integer one off, …), used only if the function then fails a test
 case; the candidates run in process, which is safe because the code is ours. Same `(n, seed)`,
 same tasks (docs/tasks.md, "The modules in detail"). Not covered: checking the tasks (the tests
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from honing.tasks.schema import CODE_SOLUTION, CodeTask
-from honing.tasks.synthetic.code import CODE_FAMILIES, Function
+from honing.domains.code.generate import CODE_FAMILIES, Function
+from honing.domains.code.task import CODE_SOLUTION, CodeTask
 from honing.tasks.synthetic.common import (
     UNSEEN_TAG,
     Phrasings,

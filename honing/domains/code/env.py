@@ -3,12 +3,12 @@
 Covered: the tools (`write_file`, `read_file`, `run_tests`, `run_python`, `rollback` to the best
 state so far), `solution.py` seeded with the prompt or the code to fix, a reply with a ```python
 block read as "write and test this", the reward components (outcome, compiles, tests_passed,
-well_formed), and judging by `honing.tasks.codecheck`, whose detected tampering is failure
+well_formed), and judging by `honing.domains.code.judge`, whose detected tampering is failure
 `tampering`, outcome 0 (docs/envs.md, "Domains", "Reward hacking"); risk events: the sandbox's
 of `run_python` and of the judged run (it runs the solution), and `test_tamper` when a
 `write_file` or a `run_python` program deletes or changes a test file the task put in the
 workspace (read on the host after the call). Not covered: the judge itself
-(`honing.tasks.codecheck`, `honing.tasks.codejudge`).
+(`honing.domains.code.judge`, `honing.domains.code.codejudge`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
+from honing.domains.code.judge import judged_run, run_files
+from honing.domains.code.task import CODE_SOLUTION, CodeTask
 from honing.envs.base import (
     Action,
     CallOutcome,
@@ -32,9 +34,7 @@ from honing.envs.base import (
 from honing.errors import HoningError
 from honing.risk import RiskEvent, event
 from honing.sandbox import ExecRequest, ExecResult, ExecStatus, SandboxPool, Workspace
-from honing.tasks.codecheck import judged_run, run_files
 from honing.tasks.load import AnyTask
-from honing.tasks.schema import CODE_SOLUTION, CodeTask
 
 SOLUTION = CODE_SOLUTION
 CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)

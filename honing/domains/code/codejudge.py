@@ -5,7 +5,7 @@ interpreter the judge spawns, and each name the tests use from it is a proxy tha
 data only, so the solution never runs the tests' comparisons and cannot print the verdict. The
 judge is not dumpable and its sys.path holds no writable directory (docs/tasks.md, "The modules
 in detail"). Input: a JSON object on stdin (`judge`). Output: one line on stdout,
-`NONCE VERDICT-JSON`. Not covered: scoring (`honing.tasks.codecheck` reads the verdict).
+`NONCE VERDICT-JSON`. Not covered: scoring (`honing.domains.code.judge` reads the verdict).
 """
 
 from __future__ import annotations
