@@ -224,3 +224,29 @@ def test_no_new_import_circles() -> None:
     )
     gone = [sorted(c) for c in KNOWN_CIRCLES - found]
     assert not gone, f"these circles are gone: take them out of KNOWN_CIRCLES: {gone}"
+
+
+def test_no_layer_above_the_domains_branches_on_a_built_in_domain() -> None:
+    """No code outside `honing/domains/` compares a task's `domain` with a built-in domain's name
+    (what a domain does differently is a `Domain` field: its question key, its submit tools, its
+    team hooks). Checked by hand to fail: `if task.domain == "math":` planted in
+    honing/tasks/load.py."""
+    names = set(domain_packages())
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.is_relative_to(PACKAGE / "domains"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            domain = any(isinstance(s, ast.Attribute) and s.attr == "domain" for s in sides)
+            named = [
+                c.value
+                for s in sides
+                for c in ast.walk(s)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in names
+            ]
+            if domain and named:
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: compares domain to {named}")
+    assert not wrong, "branch on a Domain field, not on a domain's name:\n" + "\n".join(wrong)

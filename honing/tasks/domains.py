@@ -68,6 +68,12 @@ class Domain:
     # judged; a task with a reference and no verdict is an error.
     check: ReferenceCheck
     generators: Mapping[str, Generator] = field(default_factory=dict)  # synthetic-<key>
+    # The generators whose `phrasings="heldout"` words tasks as training never does (the
+    # sources that take `phrasings`).
+    heldout_wordings: tuple[str, ...] = ()
+    # What a task asks, whatever its wording: two tasks with the same key are one problem, kept
+    # apart across training and held-out sets (None, or a hook that returns None: its prompt).
+    question_key: Callable[[Any], str | None] | None = None
     sets: Mapping[str, Callable[[], TaskSet]] = field(default_factory=dict)  # other built-ins
     examples: Path | None = None  # JSONL of hand-written examples: the set examples-<name>
     # Warm-start traces: (task, the env's reference actions) -> how to play it instead (None:
@@ -175,6 +181,12 @@ def task_adapter() -> TypeAdapter[Any]:
             union: Any = models[0] if len(models) == 1 else Union[models]  # noqa: UP007
             _adapter = (key, TypeAdapter(Annotated[union, Field(discriminator="domain")]))
         return _adapter[1]
+
+
+def phrased_sets() -> list[str]:
+    """The synthetic sets whose held-out wording differs from training's (`synthetic-<key>` of each
+    domain's `heldout_wordings`), sorted."""
+    return sorted(f"synthetic-{key}" for d in registry().values() for key in d.heldout_wordings)
 
 
 def generators() -> dict[str, Generator]:

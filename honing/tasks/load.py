@@ -12,7 +12,6 @@ its wording); docs/tasks.md, "The modules in detail". Not covered: running refer
 
 from __future__ import annotations
 
-import ast
 import gzip
 import hashlib
 import json
@@ -149,36 +148,14 @@ def _content_key(task: AnyTask) -> str:
 
 def question_key(task: AnyTask) -> str:
     """What `task` asks, whatever its wording: two tasks with the same key are the same problem.
+    Its domain's `Domain.question_key` when it has one and it gives a key (math: the task's
+    calculation, "Add 12 and 30" and "What is 30 plus 12?" one problem); else its domain and
+    prompt."""
+    from honing.tasks.domains import registry  # not at the top: no judge depends on it
 
-    A math task whose metadata holds its calculation (`expression`, as the synthetic generator
-    writes it) is keyed by that calculation, with the operands of `+` and `*` in a fixed order
-    ("Add 12 and 30" and "What is 30 plus 12?" are one problem); any other task, or an
-    expression that is not plain arithmetic, by its domain and prompt."""
-    expression = task.metadata.get("expression") if task.domain == "math" else None
-    if isinstance(expression, str):
-        try:
-            return f"math:{_canonical(ast.parse(expression, mode='eval').body)}"
-        except (SyntaxError, ValueError, RecursionError):
-            pass
-    return f"{task.domain}:{task.prompt}"
-
-
-def _canonical(node: ast.expr) -> str:
-    """An arithmetic expression's text with each `+` and `*` node's two sides sorted."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-        return repr(node.value)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return f"(-{_canonical(node.operand)})"
-    if isinstance(node, ast.BinOp):
-        symbols = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
-                   ast.Mod: "%", ast.Pow: "**"}  # fmt: skip
-        symbol = symbols.get(type(node.op))
-        if symbol is not None:
-            left, right = _canonical(node.left), _canonical(node.right)
-            if symbol in ("+", "*"):
-                left, right = sorted((left, right))
-            return f"({left} {symbol} {right})"
-    raise ValueError(f"not plain arithmetic: {ast.dump(node)}")
+    domain = registry().get(task.domain)
+    own = domain.question_key(task) if domain is not None and domain.question_key else None
+    return own if own is not None else f"{task.domain}:{task.prompt}"
 
 
 def _field_errors(exc: ValidationError) -> list[tuple[str, str]]:

@@ -46,6 +46,7 @@ from honing.rollout.engines.speculative import SpeculativeConfig
 from honing.rollout.ray.config import RayConfig
 from honing.rollout.saved_agent import SavedAgent
 from honing.rollout.team import TeamConfig
+from honing.tasks import domains
 from honing.tasks.synthetic import Phrasings
 from honing.trainer.config import LearnerConfig, RiskSettings
 from honing.trainer.curriculum import CurriculumSettings
@@ -55,15 +56,6 @@ if TYPE_CHECKING:
     from honing.rollout.agent import AgentConfig
 
 SYNTHETIC_PREFIX = "synthetic-"
-# the synthetic sets with held-out wordings
-PHRASED = (
-    "synthetic-math",
-    "synthetic-sql",
-    "synthetic-tools",
-    "synthetic-finance",
-    "synthetic-structure",
-    "synthetic-code-repair",
-)
 # (section, key) of the settings `honing train` takes from `agent`: `env.max_steps` is
 # `agent.max_turns`, `learner.temperature` is `agent.temperature`. A run's config.yaml leaves
 # them out; one saved before they were derived holds values the run did not play (`load_saved`).
@@ -85,7 +77,8 @@ class TaskSource(StrictModel):
     limit: int | None = Field(None, ge=1, description="Keep the first `limit` tasks.")
     phrasings: Phrasings | None = Field(
         None,
-        description="synthetic-math, -sql, -tools, -finance, -structure and -code-repair only: "
+        description="synthetic sets with held-out wordings only (each domain's "
+        "`heldout_wordings`: synthetic-math, -sql, -tools, -finance, -structure, -code-repair): "
         "'train' words every task as training does; 'heldout' words about half in ways training "
         "never does (tagged phrasing-unseen). Default: 'heldout' for held-out sets, 'train' for "
         "the rest.",
@@ -100,9 +93,10 @@ class TaskSource(StrictModel):
                 f"count and seed apply to synthetic-* task sets only, not {self.tasks!r}; use "
                 "limit to shorten a task set"
             )
-        if self.phrasings is not None and self.tasks not in PHRASED:
+        phrased = domains.phrased_sets()
+        if self.phrasings is not None and self.tasks not in phrased:
             raise ValueError(
-                f"phrasings applies to {', '.join(PHRASED[:-1])} and {PHRASED[-1]} only, not "
+                f"phrasings applies to {', '.join(phrased[:-1])} and {phrased[-1]} only, not "
                 f"{self.tasks!r}; drop it"
             )
         return self

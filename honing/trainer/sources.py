@@ -1,7 +1,7 @@
 """Task sources of a training run: loading a configured source, and keeping held-out sets unseen.
 
     load_source(name, TaskSource(tasks="synthetic-math", count=256, seed=1))   -> TaskSet
-    load_source(name, source, heldout=True)   -> a held-out set (`PHRASED` sets: unseen wordings)
+    load_source(name, source, heldout=True)   -> a held-out set (about half in unseen wordings)
     warm_start_tasks(config.warm_start)   -> the trace tasks: `traces` and `extra_traces`
     without_overlap(heldout, [train, ...], chats)   -> the held-out tasks nothing trained on asks
     heldout_sets(config)   -> a run's held-out sets as `honing train` evaluates them
@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 
 def load_source(name: str, source: TaskSource, *, heldout: bool = False) -> TaskSet:
     """The tasks of one configured source, filtered by tags and limit; never empty. About half
-    of a held-out synthetic source with held-out wordings (`run_config.PHRASED`) is worded as
-    training never is, unless its `phrasings` says otherwise."""
+    of a held-out synthetic source with held-out wordings (`honing.tasks.domains.phrased_sets`)
+    is worded as training never is, unless its `phrasings` says otherwise."""
     if source.tasks.startswith(SYNTHETIC_PREFIX):
         from honing.tasks.synthetic import as_taskset
 

@@ -15,14 +15,15 @@ from pydantic import ValidationError
 from honing.domains.math.generate import generate_math_tasks
 from honing.domains.math.task import MathTask
 from honing.errors import ConfigError
+from honing.tasks.domains import phrased_sets
 from honing.tasks.load import question_key
 from honing.tasks.synthetic import UNSEEN_TAG
 from honing.trainer.gains import tag_scores
-from honing.trainer.run_config import PHRASED, TaskSource, TrainConfig, WarmStart
+from honing.trainer.run_config import TaskSource, TrainConfig, WarmStart
 from honing.trainer.sources import heldout_sets, load_source, validation_sets, warm_start_tasks
 
 
-@pytest.mark.parametrize("tasks", PHRASED)
+@pytest.mark.parametrize("tasks", phrased_sets())
 def test_a_heldout_source_gets_unseen_wordings_and_a_training_source_none(tasks: str) -> None:
     source = TaskSource(tasks=tasks, count=64, seed=12)
     heldout = load_source("math", source, heldout=True)
@@ -37,7 +38,7 @@ def test_a_heldout_source_gets_unseen_wordings_and_a_training_source_none(tasks:
 
 
 def test_phrasings_is_refused_where_it_means_nothing() -> None:
-    refused = "and synthetic-code-repair only, not 'synthetic-code'"
+    refused = "applies to synthetic-code-repair, .* only, not 'synthetic-code'; drop it"
     with pytest.raises(ValidationError, match=refused):
         TaskSource(tasks="synthetic-code", count=8, phrasings="heldout")
 

@@ -39,6 +39,7 @@ DOMAIN = register(
             "code": lambda n, seed, phrasings: generate_code_tasks(n, seed),
             "code-repair": _generate_repair,
         },
+        heldout_wordings=("code-repair",),
         sets={"humaneval": humaneval, "tempting-code": tempting},
         examples=EXAMPLES,
         submit_tools=("run_tests",),

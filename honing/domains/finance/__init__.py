@@ -44,6 +44,7 @@ DOMAIN = register(
         env=FinanceEnv,
         check=play_references(FinanceEnv),
         generators={"finance": _generate},
+        heldout_wordings=("finance",),
         sets={"tempting-finance": partial(jsonl_set, "tempting-finance", DATA / "tempting.jsonl")},
         examples=DATA / "examples.jsonl",
         submit_tools=("answer",),

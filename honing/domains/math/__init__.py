@@ -17,6 +17,7 @@ from __future__ import annotations
 from honing.domains.math.env import MathEnv
 from honing.domains.math.generate import MATH_FAMILIES, generate_math_tasks
 from honing.domains.math.judge import check_math
+from honing.domains.math.keys import calculation_key
 from honing.domains.math.sets import EXAMPLES, champ, tempting
 from honing.domains.math.task import MathTask
 from honing.domains.math.traces import arithmetic_expression, calculator_plan
@@ -34,6 +35,8 @@ DOMAIN = register(
         env=MathEnv,
         check=check_math,
         generators={"math": _generate},
+        heldout_wordings=("math",),
+        question_key=calculation_key,
         sets={"champ": champ, "tempting-math": tempting},
         examples=EXAMPLES,
         trace_plan=calculator_plan,

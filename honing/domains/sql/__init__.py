@@ -36,6 +36,7 @@ DOMAIN = register(
         env=SqlEnv,
         check=check_sql,
         generators={"sql": _generate},
+        heldout_wordings=("sql",),
         sets={
             "tempting-sql": partial(
                 jsonl_set, "tempting-sql", SQL_EXAMPLES.with_name("tempting.jsonl")

@@ -37,6 +37,7 @@ DOMAIN = register(
         env=StructureEnv,
         check=play_references(StructureEnv),
         generators={"structure": _generate},
+        heldout_wordings=("structure",),
         examples=EXAMPLES,
         submit_tools=("submit",),
         description="3D parts and scenes with rendered feedback, checked geometrically",

@@ -34,6 +34,7 @@ DOMAIN = register(
         env=ToolsEnv,
         check=check_tools,
         generators={"tools": _generate},
+        heldout_wordings=("tools",),
         sets={"bfcl": bfcl, "tempting-tools": tempting},
         examples=EXAMPLES,
         submit_tools=("answer",),

@@ -58,9 +58,12 @@ def _rng(domain: str, seed: int) -> random.Random:
 
 
 def _content_key(task: AnyTask) -> str:
-    """Two tasks with the same key are one problem: a math task's calculation, whatever its
-    wording (`question_key`); any other task's content."""
-    if task.domain == "math":
+    """Two tasks with the same key are one problem: what a task of a domain with its own
+    `question_key` asks, whatever its wording; any other task's content."""
+    from honing.tasks.domains import registry
+
+    domain = registry().get(task.domain)
+    if domain is not None and domain.question_key is not None:
         return question_key(task)
     return json.dumps(
         task.model_dump(mode="json", exclude={"id", "tags", "metadata", "reference"}),
