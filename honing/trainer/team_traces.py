@@ -14,9 +14,9 @@ script of its own:
     submission: `describe_submission`).
 `reject_share` of the tasks (the ones whose id has the lowest SHA-256) first submit a wrong
 solution (`wrong_submissions`: the domain's own, as code's are, else for a numeric answer one
-off); the validator rejects it and the executor then
-submits the reference. The wrong submission stays in the executor's row as context only (weight
-0), so the row teaches recovering from a rejection, never the mistake. With `team.verdicts` K
+off); the validator rejects it and the executor then submits the reference. The wrong
+submission stays in the executor's row as context only (weight 0), so the row teaches
+recovering from a rejection, never the mistake. With `team.verdicts` K
 the validator gives each submission its verdict K times. Every episode must end with outcome 1,
 every review must agree with the verifier and every scripted reply must fit its role's turn
 (`max_new_tokens`: a cut verdict is no verdict), else `TraceError` names the task and what to
