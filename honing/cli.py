@@ -231,15 +231,19 @@ def sandbox_humaneval(
 
 def _humaneval_programs() -> list[str]:
     """HumanEval's reference programs: each its solution, tests and check() as one program (the
-    sandbox's load; the code domain's judge, `honing.domains.code.judge`, adds a process)."""
-    from honing.domains.code import CodeTask
-    from honing.domains.code.judge import code_program
+    sandbox's load: the domain's `plain_program`; its judge adds a process)."""
+    from honing.tasks import domains
 
     try:
         tasks = load_tasks("humaneval").tasks
     except HoningError as exc:
         raise _fail(str(exc)) from exc
-    return [code_program(t, t.reference or "") for t in tasks if isinstance(t, CodeTask)]
+    programs = []
+    for task in tasks:
+        plain = domains.get(task.domain).plain_program
+        if plain is not None:
+            programs.append(plain(task, task.reference or ""))
+    return programs
 
 
 @runtime_app.command("build")

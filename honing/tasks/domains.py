@@ -93,6 +93,9 @@ class Domain:
     # Team traces: (task, a submitting action) -> one sentence on what it changes, the reason in
     # the scripted validator's verdict (None: "It submits the result shown.").
     describe_submission: Callable[[Any, Any], str] | None = None
+    # (task, a solution) -> the solution and the task's tests as one plain program, no judge
+    # around it: the load `honing sandbox humaneval` runs (None: the domain has none).
+    plain_program: Callable[[Any, str], str] | None = None
     description: str = ""
 
 

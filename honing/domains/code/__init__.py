@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from honing.domains.code.env import CodeEnv
 from honing.domains.code.generate import CODE_FAMILIES, generate_code_tasks
-from honing.domains.code.judge import check_code
+from honing.domains.code.judge import check_code, code_program
 from honing.domains.code.repair import generate_code_repair_tasks
 from honing.domains.code.sets import EXAMPLES, humaneval, tempting
 from honing.domains.code.submissions import describe_submission, wrong_submissions
@@ -45,6 +45,7 @@ DOMAIN = register(
         submit_tools=("run_tests",),
         wrong_submissions=wrong_submissions,
         describe_submission=describe_submission,
+        plain_program=code_program,
         description="write or repair Python functions against tests",
     )
 )
