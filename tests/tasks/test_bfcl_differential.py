@@ -5,12 +5,12 @@ reference calls and a few dozen mutations of them: each other accepted value, ea
 dropped, type changes (10 → 10.0 → "10", a bool for a number, None, a list for a string, …),
 string spellings (case, punctuation, quotes), list and dict edits, an extra argument, a wrong
 function name, and for several calls: reordered, missing and duplicated calls and arguments
-swapped between calls. Each mutation is judged by `honing.tasks.toolcalls.match_calls` and by
+swapped between calls. Each mutation is judged by `honing.domains.tools.judge.match_calls` and by
 BFCL's `ast_checker`, imported from the installed package (its model table, which imports every
 provider's SDK, is replaced by one entry: a model that keeps dots in function names).
 
 The verdicts must agree on >= 99.9% of the mutations, and every difference must be the one
-documented in `honing.tasks.toolcalls` and docs/envs.md: a parallel order that BFCL's greedy
+documented in `honing.domains.tools.judge` and docs/envs.md: a parallel order that BFCL's greedy
 pairing rejects although a one-to-one pairing accepts it. A BFCL crash on a mutation counts as
 its rejection (its runner would stop). Seven ground truths contradict their own function's
 schema (an argument it does not declare, or a required one left out): both judges reject them,

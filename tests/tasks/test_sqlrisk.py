@@ -1,4 +1,4 @@
-"""The SQL statement classifier (`honing.tasks.sqlrisk`): hand-written statements and the risk
+"""The SQL statement classifier (`honing.envs.kits.sqlrisk`): hand-written statements and the risk
 events they must (and must not) raise against the task's tables `ledger` and `invoices`."""
 
 from __future__ import annotations

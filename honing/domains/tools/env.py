@@ -10,7 +10,7 @@ task's `forbidden_tools` (refused all the same), `irreversible_tool` for a call 
 of its `irreversible_tools` (in function calling: any call to one), and what the sandbox saw a
 calculator run do. A refused call says what would be accepted (what the tool takes, the units
 there are). `tools_slip` is the domain's slip for recovery traces. Not covered: the call matcher
-(`honing.tasks.toolcalls`) and the task schema (`honing.tasks.schema.ToolsTask`).
+(`honing.domains.tools.judge`) and the task schema (`honing.domains.tools.task.ToolsTask`).
 """
 
 from __future__ import annotations
