@@ -79,20 +79,14 @@ def module_of(path: Path) -> str:
     return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
 
 
-# Imports of a domain from outside it that are allowed for now (file -> modules); the set may only
-# shrink.
-KNOWN_DOMAIN_IMPORTS: dict[str, set[str]] = {}
-
-
 def test_a_domain_package_is_imported_only_by_itself_and_the_domains_index() -> None:
     """Nothing in honing outside `honing/domains/<name>/` imports that domain (the registry finds
     it through `honing.domains`, which imports every built-in domain), and domain packages do not
     import each other. Checked by hand to fail: `from honing.domains.math.task import MathTask`
-    planted in honing/envs/tools.py, and in honing/domains/sql.py."""
+    planted in honing/envs/tools.py, and in honing/domains/sql/env.py."""
     packages = domain_packages()
     assert {"code", "finance", "math", "sql", "structure", "tools"} <= set(packages)
     wrong = []
-    allowed = {f: set(m) for f, m in KNOWN_DOMAIN_IMPORTS.items()}
     for path in sorted(PACKAGE.rglob("*.py")):
         module = module_of(path)
         if module == "honing.domains":
@@ -102,31 +96,23 @@ def test_a_domain_package_is_imported_only_by_itself_and_the_domains_index() -> 
                 home = f"honing.domains.{name}"
                 inside = module == home or module.startswith(home + ".")
                 if (target == home or target.startswith(home + ".")) and not inside:
-                    known = allowed.get(str(path.relative_to(ROOT)), set())
-                    if target in known:
-                        known.discard(target)
-                    else:
-                        wrong.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
+                    wrong.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
     assert not wrong, "only a domain's own package imports it:\n" + "\n".join(wrong)
-    gone = {f: m for f, m in allowed.items() if m}
-    assert not gone, f"take these out of KNOWN_DOMAIN_IMPORTS, they are gone: {gone}"
 
 
 def test_a_domains_task_and_generator_do_not_import_its_environment() -> None:
     """Tasks are data: a domain's `task` and `generate` modules build tasks without its
     environment (or the judge's sandbox programs), so loading a task set never needs either.
-    Checked by hand to fail: `from honing.domains.math.env import MathEnv` planted in
+    Checked by hand to fail: `from honing.domains.math.env import MathEnv`, and `from
+    honing.domains.math import env` inside a function, planted in
     honing/domains/math/generate.py."""
+    graph = import_graph()  # `from honing.domains.x import env` counts as importing x.env
     wrong = []
     for name in domain_packages():
-        home = PACKAGE / "domains" / name
         for stem in ("task", "generate"):
-            path = home / f"{stem}.py"
-            if not path.is_file():
-                continue
-            for line, target in imports(path):
-                if target in (f"honing.domains.{name}.env", f"honing.domains.{name}.judge"):
-                    wrong.append(f"{path.relative_to(ROOT)}:{line}: imports {target}")
+            module = f"honing.domains.{name}.{stem}"
+            banned = {f"honing.domains.{name}.env", f"honing.domains.{name}.judge"}
+            wrong += [f"{module} imports {t}" for t in sorted(graph.get(module, set()) & banned)]
     assert not wrong, "a domain's tasks do not need its environment:\n" + "\n".join(wrong)
 
 
