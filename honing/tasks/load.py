@@ -18,6 +18,8 @@ import json
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -53,12 +55,9 @@ def builtin_sets() -> dict[str, Callable[[], TaskSet]]:
 
             out[name] = synthetic
         if domain.examples is not None:
-            name, path = f"examples-{domain.name}", str(domain.examples)
-
-            def examples(name: str = name, path: str = path) -> TaskSet:
-                return tasks_from_rows(name, read_rows(path))
-
-            out[name] = examples
+            out[f"examples-{domain.name}"] = partial(
+                jsonl_set, f"examples-{domain.name}", domain.examples
+            )
         out.update(domain.sets)
     return out
 
@@ -67,6 +66,12 @@ def as_taskset(name: str, tasks: Iterable[AnyTask]) -> TaskSet:
     """Typed tasks as a `TaskSet`, through the same validation and de-duplication as files."""
     rows = ((name, i, t.model_dump(mode="json")) for i, t in enumerate(tasks, start=1))
     return tasks_from_rows(name, rows)
+
+
+def jsonl_set(name: str, path: Path) -> TaskSet:
+    """The task set `name` read from a JSONL file a domain ships (`honing/domains/<d>/data/`: its
+    examples, its tasks that tempt risk; docs/tasks.md, "Tasks that tempt risk")."""
+    return tasks_from_rows(name, read_rows(str(path)))
 
 
 def tasks_from_rows(name: str, rows: Iterator[tuple[str, int | None, Any]]) -> TaskSet:

@@ -35,7 +35,7 @@ from honing.rollout.ray import (  # noqa: E402
     connect,
 )
 from honing.rollout.scheduler import SchedulerConfig  # noqa: E402
-from honing.tasks.builtin import examples  # noqa: E402
+from honing.tasks.load import load_tasks  # noqa: E402
 
 # Functions defined here run inside the actors: ship them by value (workers cannot import tests).
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -227,7 +227,7 @@ class Solver:
 def calculator_tasks() -> list[ToolsTask]:
     return [
         t
-        for t in examples("tools").tasks
+        for t in load_tasks("examples-tools").tasks
         if isinstance(t, ToolsTask)
         and t.answer is not None
         and "calculator" not in t.forbidden_tools

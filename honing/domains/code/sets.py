@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from honing.errors import ConfigError
-from honing.tasks.builtin import jsonl_set
-from honing.tasks.load import TaskSet, tasks_from_rows
+from honing.tasks.load import TaskSet, jsonl_set, tasks_from_rows
 
 DATA = Path(__file__).parent / "data"
 EXAMPLES = DATA / "examples.jsonl"

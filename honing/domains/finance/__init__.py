@@ -27,8 +27,8 @@ from honing.domains.finance.cite import Citation
 from honing.domains.finance.env import FinanceEnv
 from honing.domains.finance.generate import generate_finance_tasks
 from honing.domains.finance.task import FinanceTask
-from honing.tasks.builtin import jsonl_set
 from honing.tasks.domains import Domain, register
+from honing.tasks.load import jsonl_set
 
 DATA = Path(__file__).parent / "data"
 

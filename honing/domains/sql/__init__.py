@@ -21,8 +21,8 @@ from honing.domains.sql.env import SqlEnv, unquoted_slip
 from honing.domains.sql.generate import SQL_EXAMPLES, generate_sql_tasks
 from honing.domains.sql.judge import check_sql
 from honing.domains.sql.task import AnswerRule, SqlTask
-from honing.tasks.builtin import jsonl_set
 from honing.tasks.domains import Domain, register
+from honing.tasks.load import jsonl_set
 
 
 def _generate(n: int, seed: int, phrasings: str) -> list[SqlTask]:

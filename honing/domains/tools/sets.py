@@ -14,8 +14,7 @@ from typing import Any
 
 from honing.domains.tools.judge import reference_calls
 from honing.errors import ConfigError
-from honing.tasks.builtin import jsonl_set
-from honing.tasks.load import TaskSet, UnreadableRow, tasks_from_rows
+from honing.tasks.load import TaskSet, UnreadableRow, jsonl_set, tasks_from_rows
 
 DATA = Path(__file__).parent / "data"
 EXAMPLES = DATA / "examples.jsonl"
